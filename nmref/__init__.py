@@ -1,0 +1,51 @@
+"""nmref: exact reference algorithms for N:M structured sparsity.
+
+Conventions (``specs/conventions.md``): ``n`` entries are **kept** in every
+group of ``m`` consecutive entries along the reduction axis; ties go to the
+lower index; NaN is an error. ``import nmref`` neither imports torch nor
+compiles Numba kernels; kernels compile on first use.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from nmref.layouts import (
+    LAYOUTS,
+    default_layout,
+    from_reduction_matrix,
+    to_reduction_matrix,
+    to_reduction_shape,
+)
+from nmref.masks import (
+    is_nm,
+    magnitude_mask,
+    nm_mask,
+    nm_mask_reference,
+    nm_violations,
+    to_magnitudes,
+)
+from nmref.patterns import Pattern, check_pattern, parse_pattern
+
+try:
+    __version__ = version("nm-sparsity-ref")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0+unknown"
+
+__all__ = [
+    "LAYOUTS",
+    "Pattern",
+    "__version__",
+    "check_pattern",
+    "default_layout",
+    "from_reduction_matrix",
+    "is_nm",
+    "magnitude_mask",
+    "nm_mask",
+    "nm_mask_reference",
+    "nm_violations",
+    "parse_pattern",
+    "to_magnitudes",
+    "to_reduction_matrix",
+    "to_reduction_shape",
+]

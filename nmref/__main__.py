@@ -1,0 +1,5 @@
+"""``python -m nmref``."""
+
+from nmref.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,68 @@
+"""Numba kernels for 1-D N:M masks.
+
+Compiled lazily on first call (``import nmref`` never compiles). Every jitted
+callee used here lives in this file, so ``cache=True`` cannot serve a stale
+kernel (numba's cache does not track callees in other files). No ``fastmath``
+and no ``parallel``: the kernels only compare numbers, and they must give the
+same bits as the plain-NumPy reference in :mod:`nmref.masks`.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+# Above this group size, ranking by counting (O(m^2) per group) loses to sorting.
+RANK_COUNT_MAX_M = 32
+
+
+@numba.njit(cache=True, nogil=True)
+def nm_mask_groups(groups, n, use_magnitude, out):  # pragma: no cover - compiled
+    """Keep the ``n`` largest of every row of ``groups`` (ties: lower index wins).
+
+    ``groups`` is a C-contiguous ``(num_groups, m)`` array, ``out`` a boolean
+    array of the same shape. Returns the flat index of the first NaN, or -1.
+    The rank of entry ``i`` is the number of entries that beat it: larger
+    ones, and equal ones at a lower index. Entry ``i`` is kept iff rank < n.
+    """
+    num_groups, m = groups.shape
+    for g in range(num_groups):
+        row = groups[g]
+        for i in range(m):
+            value = row[i]
+            if value != value:
+                return g * m + i
+            if use_magnitude:
+                value = abs(value)
+            rank = 0
+            # Equal entries at lower indices beat entry i; at higher indices they do not.
+            for j in range(i):
+                other = abs(row[j]) if use_magnitude else row[j]
+                rank += other >= value
+            for j in range(i + 1, m):
+                other = abs(row[j]) if use_magnitude else row[j]
+                rank += other > value
+            out[g, i] = rank < n
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def nm_mask_groups_sorted(groups, n, use_magnitude, out):  # pragma: no cover - compiled
+    """Same contract as :func:`nm_mask_groups`, by a stable sort per group (large m)."""
+    num_groups, m = groups.shape
+    keys = np.empty(m, dtype=groups.dtype)
+    for g in range(num_groups):
+        row = groups[g]
+        for i in range(m):
+            value = row[i]
+            if value != value:
+                return g * m + i
+            # Reversed so that an ascending stable sort puts lower original
+            # indices last among equal keys: the last n sorted are the kept ones.
+            keys[m - 1 - i] = abs(value) if use_magnitude else value
+        order = np.argsort(keys, kind="mergesort")
+        for i in range(m):
+            out[g, i] = False
+        for k in range(m - n, m):
+            out[g, m - 1 - order[k]] = True
+    return -1

@@ -1,0 +1,5 @@
+"""``python -m nmsim``."""
+
+from nmsim.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,47 @@
+"""The ``nmsim`` command line.
+
+Each subcommand lives in its own module and registers through ``SUBCOMMANDS``:
+a module named there provides ``add_parser(subparsers)`` (which sets
+``func`` on its parser) so that this file stays a thin dispatcher and imports
+nothing heavy until a subcommand runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# Modules that provide ``add_parser(subparsers) -> None``; each registers one or
+# more subcommands whose ``func(args) -> int`` runs them.
+SUBCOMMANDS: tuple[str, ...] = ()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the argument parser with every registered subcommand."""
+    from nmsim import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="nmsim",
+        description="Sparse tensor-core model for N:M sparsity: formats, GEMM time, FLOPs.",
+    )
+    parser.add_argument("--version", action="version", version=f"nmsim {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in SUBCOMMANDS:
+        importlib.import_module(module_name).add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``nmsim``; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args))
+    except (ValueError, TypeError, OSError, KeyError) as error:
+        print(f"nmsim: error: {error}", file=sys.stderr)
+        return 2
