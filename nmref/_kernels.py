@@ -16,33 +16,52 @@ import numpy as np
 RANK_COUNT_MAX_M = 32
 
 
+# Groups are ranked in chunks, transposed to (m, CHUNK), so that the innermost
+# loops run over contiguous groups and vectorise; 256 keeps the chunk in L1.
+CHUNK = 256
+
+
 @numba.njit(cache=True, nogil=True)
 def nm_mask_groups(groups, n, use_magnitude, out):  # pragma: no cover - compiled
     """Keep the ``n`` largest of every row of ``groups`` (ties: lower index wins).
 
-    ``groups`` is a C-contiguous ``(num_groups, m)`` array, ``out`` a boolean
-    array of the same shape. Returns the flat index of the first NaN, or -1.
-    The rank of entry ``i`` is the number of entries that beat it: larger
-    ones, and equal ones at a lower index. Entry ``i`` is kept iff rank < n.
+    ``groups`` is a C-contiguous ``(num_groups, m)`` array with ``m <= 32``,
+    ``out`` a boolean array of the same shape. Returns the flat index of the
+    first NaN (``out`` is then incomplete), or -1. The rank of entry ``i`` is
+    the number of entries that beat it: larger ones, and equal ones at a lower
+    index. Entry ``i`` is kept iff its rank is below ``n``.
     """
     num_groups, m = groups.shape
-    for g in range(num_groups):
-        row = groups[g]
+    values = np.empty((m, CHUNK), dtype=groups.dtype)
+    rank = np.empty(CHUNK, dtype=np.uint8)
+    for first in range(0, num_groups, CHUNK):
+        count = min(CHUNK, num_groups - first)
+        nan_count = 0
+        for g in range(count):
+            for i in range(m):
+                value = groups[first + g, i]
+                nan_count += value != value
+                values[i, g] = abs(value) if use_magnitude else value
+        if nan_count:
+            for g in range(count):
+                for i in range(m):
+                    if groups[first + g, i] != groups[first + g, i]:
+                        return (first + g) * m + i
         for i in range(m):
-            value = row[i]
-            if value != value:
-                return g * m + i
-            if use_magnitude:
-                value = abs(value)
-            rank = 0
+            candidate = values[i]
+            for g in range(count):
+                rank[g] = 0
             # Equal entries at lower indices beat entry i; at higher indices they do not.
             for j in range(i):
-                other = abs(row[j]) if use_magnitude else row[j]
-                rank += other >= value
+                other = values[j]
+                for g in range(count):
+                    rank[g] += other[g] >= candidate[g]
             for j in range(i + 1, m):
-                other = abs(row[j]) if use_magnitude else row[j]
-                rank += other > value
-            out[g, i] = rank < n
+                other = values[j]
+                for g in range(count):
+                    rank[g] += other[g] > candidate[g]
+            for g in range(count):
+                out[first + g, i] = rank[g] < n
     return -1
 
 

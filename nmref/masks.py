@@ -190,28 +190,29 @@ def _nm_mask_fast(
     values, use_magnitude = _kernel_input(array, use_magnitude)
 
     moved = np.ascontiguousarray(np.moveaxis(values, axis, -1))
-    mask = np.zeros(moved.shape, dtype=bool)
-    if moved.size:
-        full = (length // pattern.m) * pattern.m
-        parts = [(0, full, pattern.n, pattern.m)]
-        if full < length:
-            partial = length - full
-            parts.append((full, length, min(pattern.n, partial), partial))
-        for start, stop, keep, group_size in parts:
-            if stop == start:
-                continue
-            block = moved[..., start:stop] if (start, stop) != (0, length) else moved
-            groups = np.ascontiguousarray(block).reshape(-1, group_size)
-            out = np.empty(groups.shape, dtype=bool)
-            kernel = (
-                _kernels.nm_mask_groups
-                if group_size <= _kernels.RANK_COUNT_MAX_M
-                else _kernels.nm_mask_groups_sorted
-            )
-            if kernel(groups, keep, use_magnitude, out) >= 0:
-                # Error path only: locate the first NaN in the caller's coordinates.
-                source = array if original is None else original
-                _raise_nan(source.shape, int(np.flatnonzero(np.isnan(source))[0]), name)
+    mask = np.empty(moved.shape, dtype=bool)
+    full = (length // pattern.m) * pattern.m
+    # Full groups, then (remainder="pad") the partial last group keeping min(n, r).
+    parts = [(0, full, pattern.n, pattern.m)]
+    if full < length:
+        parts.append((full, length, min(pattern.n, length - full), length - full))
+    for start, stop, keep, group_size in parts:
+        if stop == start or moved.size == 0:
+            continue
+        whole = (start, stop) == (0, length)
+        block = moved if whole else np.ascontiguousarray(moved[..., start:stop])
+        groups = block.reshape(-1, group_size)
+        out = mask.reshape(-1, group_size) if whole else np.empty(groups.shape, dtype=bool)
+        kernel = (
+            _kernels.nm_mask_groups
+            if group_size <= _kernels.RANK_COUNT_MAX_M
+            else _kernels.nm_mask_groups_sorted
+        )
+        if kernel(groups, keep, use_magnitude, out) >= 0:
+            # Error path only: locate the first NaN in the caller's coordinates.
+            source = array if original is None else original
+            _raise_nan(source.shape, int(np.flatnonzero(np.isnan(source))[0]), name)
+        if not whole:
             mask[..., start:stop] = out.reshape(block.shape)
     return np.moveaxis(mask, -1, axis)
 
