@@ -81,7 +81,9 @@ def main() -> None:
             result = function(weights, n, m)
             # Random normal floats have no ties, so every correct method agrees.
             agrees = bool(np.array_equal(result, reference))
-            timings[name] = median_seconds(lambda f=function: f(weights, n, m), args.repeats)
+            timings[name] = median_seconds(
+                lambda f=function, n=n, m=m: f(weights, n, m), args.repeats
+            )
             print(
                 f"  {n}:{m}  {name:28s} {timings[name]:8.4f} s  "
                 f"{gigabytes / timings[name]:6.2f} GB/s  same mask: {agrees}"

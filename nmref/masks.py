@@ -58,7 +58,7 @@ def _check_remainder(length: int, pattern: Pattern, axis: int, remainder: str) -
     if remainder == "error" and length % pattern.m != 0:
         raise ValueError(
             f"length {length} of the grouped axis (axis={axis}) must be a multiple of "
-            f"m={pattern.m}; pass remainder='pad' to treat the last partial group as padded"
+            f"m={pattern.m} (or choose the padding policy remainder='pad')"
         )
 
 

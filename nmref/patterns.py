@@ -110,5 +110,7 @@ def parse_pattern(text: str | Pattern | tuple[int, int]) -> Pattern:
         raise TypeError(f"pattern={text!r} must be a string like '2:4' or an (n, m) tuple")
     match = _PATTERN_RE.match(text)
     if match is None:
-        raise ValueError(f"pattern={text!r} must have the form 'N:M', e.g. '2:4' (N kept of every M)")
+        raise ValueError(
+            f"pattern={text!r} must have the form 'N:M', e.g. '2:4' (N kept of every M)"
+        )
     return check_pattern(int(match.group(1)), int(match.group(2)))

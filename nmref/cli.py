@@ -1,0 +1,243 @@
+"""The ``nmref`` command line: compute and check N:M masks of tensor files.
+
+``nmref mask IN --pattern 2:4 -o OUT``
+    Write the N:M magnitude mask (or, with ``--apply``, the masked weights) of
+    every eligible tensor of ``IN``.
+``nmref check MASK --pattern 2:4``
+    Exit 0 when every eligible tensor of ``MASK`` is N:M (nonzero = kept), else
+    exit 1 naming the first violating tensor and group.
+``nmref demo``
+    Mask and check a small built-in example checkpoint.
+
+Eligible tensors have ``ndim >= 2`` (weights of GEMMs); ``mask`` also requires a
+floating dtype. ``--include`` / ``--exclude`` filter tensor names by regular
+expression. Errors are one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from nmref.checkpoints import TensorRecord, iter_tensors, write_tensors
+from nmref.layouts import LAYOUTS, default_layout, to_reduction_matrix
+from nmref.masks import magnitude_mask, nm_violations
+from nmref.patterns import Pattern, parse_pattern
+
+
+class CommandError(Exception):
+    """An error reported to the user as one line, exit status 2."""
+
+
+def _pattern(text: str) -> Pattern:
+    try:
+        return parse_pattern(text)
+    except (ValueError, TypeError) as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+
+
+def _regex(text: str) -> re.Pattern[str]:
+    try:
+        return re.compile(text)
+    except re.error as error:
+        raise argparse.ArgumentTypeError(f"invalid regular expression {text!r}: {error}") from error
+
+
+def _selected(
+    path: str, args: argparse.Namespace, *, need_float: bool, skipped: list[str]
+) -> Iterator[TensorRecord]:
+    for record in iter_tensors(path):
+        if args.include is not None and not args.include.search(record.name):
+            continue
+        if args.exclude is not None and args.exclude.search(record.name):
+            continue
+        if record.array.ndim < 2:
+            skipped.append(f"{record.name} (ndim={record.array.ndim})")
+            continue
+        if need_float and record.array.dtype.kind != "f":
+            skipped.append(f"{record.name} (dtype={record.source_dtype})")
+            continue
+        yield record
+
+
+def _layout(args: argparse.Namespace, ndim: int) -> str:
+    return default_layout(ndim) if args.layout == "auto" else args.layout
+
+
+def _report_skipped(skipped: list[str]) -> None:
+    if skipped:
+        more = f", ... ({len(skipped) - 5} more)" if len(skipped) > 5 else ""
+        shown = ", ".join(skipped[:5]) + more
+        print(f"skipped {len(skipped)} tensor(s) not eligible: {shown}", file=sys.stderr)
+
+
+def run_mask(args: argparse.Namespace) -> int:
+    """``nmref mask``: compute masks of every eligible tensor and write them atomically."""
+    pattern: Pattern = args.pattern
+    skipped: list[str] = []
+    outputs: dict[str, np.ndarray] = {}
+    for record in _selected(args.input, args, need_float=True, skipped=skipped):
+        layout = _layout(args, record.array.ndim)
+        try:
+            mask = magnitude_mask(
+                record.array, pattern.n, pattern.m, layout=layout, remainder=args.remainder
+            )
+        except (ValueError, TypeError) as error:
+            raise CommandError(
+                f"tensor {record.name!r} {tuple(record.array.shape)}: {error}"
+            ) from error
+        outputs[record.name] = np.where(mask, record.array, 0) if args.apply else mask
+    if not outputs:
+        raise CommandError(
+            f"no eligible tensor in {args.input!r} (need ndim >= 2 and a float dtype)"
+        )
+    write_tensors(args.output, outputs, inputs=(args.input,), overwrite=args.force)
+    _report_skipped(skipped)
+    what = "masked weights" if args.apply else "masks"
+    print(f"wrote {what} of {len(outputs)} tensor(s), pattern {pattern}, to {args.output}")
+    return 0
+
+
+def _describe_group(shape: tuple[int, ...], layout: str, row: int, group: int, m: int) -> str:
+    """Name a group by its matrix coordinates and the original index of its first entry."""
+    flat_indices = to_reduction_matrix(np.arange(int(np.prod(shape))).reshape(shape), layout)
+    first = np.unravel_index(int(flat_indices[row, group * m]), shape)
+    return (
+        f"group {group} of row {row} of the {layout!r} [rows, reduction] matrix "
+        f"(entries from index {tuple(int(i) for i in first)})"
+    )
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """``nmref check``: exit 0 if every eligible tensor is N:M, 1 naming the first violation."""
+    pattern: Pattern = args.pattern
+    skipped: list[str] = []
+    checked = 0
+    for record in _selected(args.mask, args, need_float=False, skipped=skipped):
+        layout = _layout(args, record.array.ndim)
+        try:
+            matrix = to_reduction_matrix(record.array, layout)
+            violations = nm_violations(
+                matrix, pattern.n, pattern.m, exact=not args.relaxed, remainder=args.remainder
+            )
+        except (ValueError, TypeError) as error:
+            raise CommandError(
+                f"tensor {record.name!r} {tuple(record.array.shape)}: {error}"
+            ) from error
+        checked += 1
+        if len(violations):
+            row, group = (int(i) for i in violations[0])
+            entries = matrix[row, group * pattern.m : (group + 1) * pattern.m]
+            kept = int(np.count_nonzero(entries))
+            rule = f"at most {pattern.n}" if args.relaxed else f"exactly {pattern.n}"
+            where = _describe_group(record.array.shape, layout, row, group, pattern.m)
+            print(
+                f"INVALID: tensor {record.name!r}: {where} keeps {kept} of {pattern.m}, "
+                f"expected {rule} ({len(violations)} violating group(s) in this tensor)",
+                file=sys.stderr,
+            )
+            return 1
+    if checked == 0:
+        raise CommandError(f"no eligible tensor in {args.mask!r} (need ndim >= 2)")
+    _report_skipped(skipped)
+    kind = "at most" if args.relaxed else "exactly"
+    print(f"OK: {checked} tensor(s) keep {kind} {pattern.n} of every {pattern.m}")
+    return 0
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """``nmref demo``: write a small example checkpoint, mask it 2:4 and check the result."""
+    rng = np.random.default_rng(2021)
+    # Synthetic, seeded weights: one Linear and one 3x3 convolution.
+    example = {
+        "linear.weight": rng.standard_normal((8, 16)).astype(np.float32),
+        "conv.weight": rng.standard_normal((8, 4, 3, 3)).astype(np.float32),
+    }
+    directory = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="nmref-demo-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    weights = write_tensors(directory / "example.npz", example, overwrite=True)
+    print(f"example checkpoint (synthetic, seeded): {weights}")
+    masks = directory / "example-mask-2of4.npz"
+    steps = [
+        ["mask", str(weights), "--pattern", "2:4", "-o", str(masks), "--force"],
+        ["check", str(masks), "--pattern", "2:4"],
+    ]
+    for step in steps:
+        print("$ nmref " + " ".join(step))
+        status = main(step)
+        if status != 0:
+            return status
+    linear = example["linear.weight"]
+    mask = dict((r.name, r.array) for r in iter_tensors(masks))["linear.weight"]
+    kept = float(np.abs(linear[mask]).sum() / np.abs(linear).sum())
+    print(f"linear.weight keeps {kept:.1%} of its L1 magnitude at 2:4")
+    print("first row |w|:", np.array2string(np.abs(linear[0]), precision=2))
+    print("first row mask:", mask[0].astype(int))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the ``nmref`` argument parser."""
+    from nmref import __version__
+
+    parser = argparse.ArgumentParser(prog="nmref", description="Exact N:M sparsity masks.")
+    parser.add_argument("--version", action="version", version=f"nmref {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def add_filters(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--pattern", type=_pattern, required=True, help="N:M, N kept of M, e.g. 2:4"
+        )
+        sub.add_argument(
+            "--layout",
+            choices=("auto", *LAYOUTS),
+            default="auto",
+            help="grouping of each tensor (auto: linear for 2-D, channels for conv)",
+        )
+        sub.add_argument(
+            "--remainder",
+            choices=("error", "pad"),
+            default="error",
+            help="a reduction length not a multiple of M: error, or pad the last group",
+        )
+        sub.add_argument("--include", type=_regex, help="only tensors whose name matches")
+        sub.add_argument("--exclude", type=_regex, help="skip tensors whose name matches")
+
+    mask = subparsers.add_parser("mask", help="compute N:M magnitude masks of a tensor file")
+    mask.add_argument("input", help=".npy, .npz or .safetensors file")
+    mask.add_argument("-o", "--output", required=True, help="output file (.npy/.npz/.safetensors)")
+    add_filters(mask)
+    mask.add_argument("--apply", action="store_true", help="write masked weights, not masks")
+    mask.add_argument("--force", action="store_true", help="replace an existing output")
+    mask.set_defaults(func=run_mask)
+
+    check = subparsers.add_parser("check", help="check that a mask file is N:M")
+    check.add_argument("mask", help=".npy, .npz or .safetensors file (nonzero = kept)")
+    add_filters(check)
+    check.add_argument("--relaxed", action="store_true", help="accept at most N kept per group")
+    check.set_defaults(func=run_check)
+
+    demo = subparsers.add_parser("demo", help="mask and check a small built-in example")
+    demo.add_argument("--out", help="folder for the example files (default: a temporary one)")
+    demo.set_defaults(func=run_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``nmref``; returns the exit status (0 ok, 1 invalid mask, 2 error)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args))
+    except (CommandError, ValueError, TypeError, OSError, ImportError) as error:
+        print(f"nmref: error: {error}", file=sys.stderr)
+        return 2
