@@ -122,7 +122,8 @@ def iter_tensors(path: str | os.PathLike[str]) -> Iterator[TensorRecord]:
                     yield TensorRecord(name, array, str(array.dtype))
         else:
             yield from _iter_safetensors(path)
-    except (zipfile.BadZipFile, json.JSONDecodeError, struct.error, UnicodeDecodeError) as error:
+    except (zipfile.BadZipFile, struct.error, UnicodeDecodeError, ValueError) as error:
+        # ValueError covers NumPy's bad headers and its refusal of pickled objects.
         raise ValueError(f"path={str(path)!r} is not a valid {suffix} file: {error}") from error
     except Exception as error:
         # safetensors raises its own SafetensorError for corrupt files.

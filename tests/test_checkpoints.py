@@ -1,0 +1,73 @@
+"""Tests of tensor-file reading and atomic writing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nmref.checkpoints import iter_tensors, write_tensors
+
+
+def _tensors():
+    rng = np.random.default_rng(1)
+    return {
+        "a.weight": rng.standard_normal((4, 8)).astype(np.float32),
+        "b.mask": rng.integers(0, 2, (2, 4)).astype(bool),
+    }
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".safetensors"])
+def test_round_trip(tmp_path, suffix):
+    tensors = _tensors()
+    path = write_tensors(tmp_path / f"t{suffix}", tensors)
+    loaded = {r.name: r.array for r in iter_tensors(path)}
+    assert loaded.keys() == tensors.keys()
+    for name, array in tensors.items():
+        np.testing.assert_array_equal(loaded[name], array)
+        assert loaded[name].dtype == array.dtype
+
+
+def test_npy_holds_one_tensor_named_after_the_file(tmp_path):
+    path = write_tensors(tmp_path / "w.npy", {"x": np.eye(4)})
+    (record,) = iter_tensors(path)
+    assert record.name == "w"
+    with pytest.raises(ValueError, match="holds one tensor"):
+        write_tensors(tmp_path / "two.npy", _tensors())
+
+
+def test_bfloat16_is_read_as_its_exact_float32_upcast(tmp_path):
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
+
+    values = torch.randn(8, 16).to(torch.bfloat16)
+    save_file({"w": values, "v": values.float()}, str(tmp_path / "bf.safetensors"))
+    records = {r.name: r for r in iter_tensors(tmp_path / "bf.safetensors")}
+    assert records["w"].source_dtype == "bfloat16"
+    np.testing.assert_array_equal(records["w"].array, values.float().numpy())
+
+
+def test_writes_refuse_the_input_and_existing_files(tmp_path):
+    path = write_tensors(tmp_path / "t.npz", _tensors())
+    with pytest.raises(ValueError, match="is an input file"):
+        write_tensors(path, _tensors(), inputs=(path,), overwrite=True)
+    with pytest.raises(ValueError, match="exists"):
+        write_tensors(path, _tensors())
+    write_tensors(path, {"only": np.ones((2, 2))}, overwrite=True)
+    assert [r.name for r in iter_tensors(path)] == ["only"]
+    # No temporary files are left behind.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.npz"]
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".safetensors", ".npy"])
+def test_corrupt_files_raise_value_error(tmp_path, suffix):
+    path = tmp_path / f"bad{suffix}"
+    path.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00not a tensor file")
+    with pytest.raises(ValueError, match="bad"):
+        list(iter_tensors(path))
+
+
+def test_unknown_extension_and_missing_file(tmp_path):
+    with pytest.raises(ValueError, match=r"must end in one of \.npy"):
+        list(iter_tensors(tmp_path / "w.bin"))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        list(iter_tensors(tmp_path / "w.npy"))

@@ -1,0 +1,138 @@
+"""Tests of the ``nmref`` command line (in-process through ``main`` and as a module)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nmref
+from nmref.checkpoints import iter_tensors, write_tensors
+from nmref.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _checkpoint(path: Path) -> Path:
+    rng = np.random.default_rng(7)
+    tensors = {
+        "fc.weight": rng.standard_normal((8, 16)).astype(np.float32),
+        "fc.bias": rng.standard_normal(8).astype(np.float32),
+        "conv.weight": rng.standard_normal((8, 4, 3, 3)).astype(np.float32),
+        "steps": np.arange(8, dtype=np.int64).reshape(2, 4),
+    }
+    return write_tensors(path, tensors)
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".safetensors"])
+def test_mask_then_check(tmp_path, capsys, suffix):
+    weights = _checkpoint(tmp_path / f"w{suffix}")
+    masks = tmp_path / f"m{suffix}"
+    assert main(["mask", str(weights), "--pattern", "2:4", "-o", str(masks)]) == 0
+    records = {r.name: r.array for r in iter_tensors(masks)}
+    # 1-D and integer tensors are skipped and reported.
+    assert set(records) == {"fc.weight", "conv.weight"}
+    assert "skipped 2 tensor(s)" in capsys.readouterr().err
+    source = {r.name: r.array for r in iter_tensors(weights)}
+    for name, mask in records.items():
+        np.testing.assert_array_equal(mask, nmref.magnitude_mask(source[name], 2, 4))
+    assert main(["check", str(masks), "--pattern", "2:4"]) == 0
+    assert "OK: 2 tensor(s) keep exactly 2 of every 4" in capsys.readouterr().out
+    # The weights themselves are dense: check must fail on them.
+    assert main(["check", str(weights), "--pattern", "2:4", "--include", "fc"]) == 1
+
+
+def test_mask_npy_and_apply(tmp_path):
+    weights = write_tensors(tmp_path / "w.npy", {"w": np.arange(16.0).reshape(2, 8) - 7})
+    out = tmp_path / "masked.npy"
+    assert main(["mask", str(weights), "--pattern", "1:4", "--apply", "-o", str(out)]) == 0
+    (record,) = iter_tensors(out)
+    np.testing.assert_array_equal(
+        record.array, [[-7, 0, 0, 0, -3, 0, 0, 0], [0, 0, 0, 4, 0, 0, 0, 8]]
+    )
+
+
+def test_check_names_the_first_violating_tensor_and_group(tmp_path, capsys):
+    mask = np.zeros((4, 8), dtype=bool)
+    mask[:, [0, 1, 4, 5]] = True
+    mask[2, 6] = True  # row 2, group 1 keeps 3
+    path = write_tensors(tmp_path / "m.npz", {"good": np.ones((2, 4), bool), "bad": mask})
+    assert main(["check", str(path), "--pattern", "2:4"]) == 1
+    error = capsys.readouterr().err
+    assert "tensor 'bad'" in error and "group 1 of row 2" in error and "keeps 3 of 4" in error
+    assert main(["check", str(path), "--pattern", "4:4", "--include", "good"]) == 0
+    assert main(["check", str(path), "--pattern", "3:4", "--relaxed", "--exclude", "good"]) == 0
+
+
+def test_check_reports_conv_groups_in_original_coordinates(tmp_path, capsys):
+    weights = np.ones((4, 8, 3, 3), dtype=np.float32)
+    mask = nmref.magnitude_mask(weights, 2, 4)
+    mask[1, 4, 2, 0] = ~mask[1, 4, 2, 0]
+    path = write_tensors(tmp_path / "m.npz", {"conv": mask})
+    assert main(["check", str(path), "--pattern", "2:4"]) == 1
+    assert "entries from index (1, 4, 2, 0)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["mask", "{w}", "--pattern", "5:4", "-o", "{d}/o.npz"], "n=5 must be <= m=4"),
+        (["mask", "{w}", "--pattern", "2:4", "-o", "{w}"], "is an input file"),
+        (["mask", "{d}/missing.npz", "--pattern", "2:4", "-o", "{d}/o.npz"], "does not exist"),
+        (["mask", "{w}", "--pattern", "2:3", "-o", "{d}/o.npz"], "multiple of m=3"),
+        (["mask", "{w}", "--pattern", "2:4", "-o", "{d}/o.bin"], "must end in one of"),
+        (
+            ["mask", "{w}", "--pattern", "2:4", "-o", "{d}/o.npz", "--include", "nothing"],
+            "no eligible",
+        ),
+        (["check", "{w}", "--pattern", "2:4", "--include", "("], "invalid regular expression"),
+    ],
+)
+def test_errors_are_one_line_without_traceback(tmp_path, capsys, arguments, message):
+    weights = _checkpoint(tmp_path / "w.npz")
+    argv = [a.format(w=weights, d=tmp_path) for a in arguments]
+    try:
+        status = main(argv)
+    except SystemExit as exit_:  # argparse usage errors
+        status = exit_.code
+    assert status == 2
+    error = capsys.readouterr().err
+    assert message in error and "Traceback" not in error
+    assert not (tmp_path / "o.npz").exists()
+
+
+def test_existing_output_needs_force(tmp_path, capsys):
+    weights = _checkpoint(tmp_path / "w.npz")
+    out = tmp_path / "o.npz"
+    assert main(["mask", str(weights), "--pattern", "2:4", "-o", str(out)]) == 0
+    assert main(["mask", str(weights), "--pattern", "1:4", "-o", str(out)]) == 2
+    assert "pass --force" in capsys.readouterr().err
+    assert main(["mask", str(weights), "--pattern", "1:4", "-o", str(out), "--force"]) == 0
+
+
+def test_demo_runs(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path)]) == 0
+    output = capsys.readouterr().out
+    assert "OK: 2 tensor(s) keep exactly 2 of every 4" in output
+
+
+def test_python_dash_m_from_another_directory(tmp_path):
+    environment = dict(os.environ)
+    # Works installed (CI) and from a source tree alike.
+    environment["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(ROOT), environment.get("PYTHONPATH")])
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "nmref", "demo", "--out", str(tmp_path)],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "keep exactly 2 of every 4" in result.stdout
