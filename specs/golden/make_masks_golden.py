@@ -23,7 +23,9 @@ from tests.naive import brute_force_mask  # noqa: E402
 
 def case(name, scores, n, m, *, magnitude, dtype="float64", note=""):
     array = np.asarray(scores, dtype=dtype)
-    keyed = np.abs(array) if magnitude else array
+    # Magnitudes in a wider type: |int8(-128)| is 128, not -128.
+    wide = array.astype(np.int64 if array.dtype.kind in "iu" else np.float64)
+    keyed = np.abs(wide) if magnitude else wide
     expected = brute_force_mask(keyed.reshape(-1, array.shape[-1]), n, m).reshape(array.shape)
     return {
         "name": name,
@@ -41,13 +43,13 @@ def main() -> None:
     rng = np.random.default_rng(20210412)  # provenance only: the arrays are stored
     cases = [
         case("all_equal_2of4", [[1, 1, 1, 1]], 2, 4, magnitude=False, note="ties: lower index"),
-        case("topk_disagrees", [[3, 1, 3, 3]], 2, 4, magnitude=False, note="torch.topk keeps [2,3]"),
+        case("topk_disagrees", [[3, 1, 3, 3]], 2, 4, magnitude=False, note="topk keeps [2,3]"),
         case("signed_vs_magnitude", [[-5, 1, 2, 0.5]], 2, 4, magnitude=True),
         case("negative_zero", [[-0.0, 0.0, 0.0, -0.0]], 2, 4, magnitude=True),
         case("one_of_four", [[0.1, -0.4, 0.3, 0.2, 7, 7, -7, 1]], 1, 4, magnitude=True),
         case("four_of_eight", rng.integers(-3, 4, (3, 16)).tolist(), 4, 8, magnitude=True),
         case("two_of_four_ties", rng.integers(-2, 3, (4, 12)).tolist(), 2, 4, magnitude=True),
-        case("three_of_eight", np.round(rng.standard_normal((2, 16)), 3).tolist(), 3, 8, magnitude=False),
+        case("three_of_eight", np.round(rng.standard_normal((2, 16)), 3), 3, 8, magnitude=False),
         case("int8_extreme", [[-128, 127, 1, -1]], 1, 4, magnitude=True, dtype="int8"),
     ]
     path = Path(__file__).with_name("masks.json")
