@@ -60,7 +60,9 @@ def test_check_names_the_first_violating_tensor_and_group(tmp_path, capsys):
     mask = np.zeros((4, 8), dtype=bool)
     mask[:, [0, 1, 4, 5]] = True
     mask[2, 6] = True  # row 2, group 1 keeps 3
-    path = write_tensors(tmp_path / "m.npz", {"good": np.array([[1, 1, 0, 0], [0, 1, 0, 1]], bool), "bad": mask})
+    path = write_tensors(
+        tmp_path / "m.npz", {"good": np.array([[1, 1, 0, 0], [0, 1, 0, 1]], bool), "bad": mask}
+    )
     assert main(["check", str(path), "--pattern", "2:4"]) == 1
     error = capsys.readouterr().err
     assert "tensor 'bad'" in error and "group 1 of row 2" in error and "keeps 3 of 4" in error
