@@ -39,7 +39,8 @@ _PRINT_LIMIT = 64
 def _format_values(values: NDArray) -> str:
     if values.dtype == np.bool_:
         return "[" + ", ".join(str(int(v)) for v in values) + "]"
-    return "[" + ", ".join(repr(v.item()) for v in values) + "]"
+    # str() of a NumPy scalar is the shortest text that round-trips in its own dtype.
+    return "[" + ", ".join(str(v) for v in values) + "]"
 
 
 def _input_repr(array: NDArray) -> str:
@@ -62,7 +63,10 @@ def _kept_sum(keys: NDArray, mask: NDArray) -> float:
 def _hint(keys_group: NDArray, expected: NDArray, got: NDArray, n_required: int) -> str:
     kept = int(got.sum())
     if kept != n_required:
-        return f"the group keeps {kept} entries; it must keep exactly {n_required} (rule C1)"
+        return (
+            f"the group keeps {kept} {'entry' if kept == 1 else 'entries'}; it must keep "
+            f"exactly {n_required} (rule C1)"
+        )
     expected_kept = sorted(keys_group[expected].tolist())
     got_kept = sorted(keys_group[got].tolist())
     if expected_kept == got_kept:
@@ -284,7 +288,8 @@ def check_magnitude_mask(
 
 def _error_cases(function: str) -> list[tuple[str, NDArray, int, int, type[Exception]]]:
     nan_input = np.array([[1.0, np.nan, 2.0, 3.0]], dtype=np.float32)
-    ragged = np.arange(18, dtype=np.float32).reshape(3, 6) - 9.0
+    # 12 entries: the total is a multiple of 4, the row length 6 is not.
+    ragged = np.arange(12, dtype=np.float32).reshape(2, 6) - 6.0
     valid = np.arange(8, dtype=np.float32).reshape(1, 8)
     return [
         ("NaN in the input (rule C6)", nan_input, 2, 4, ValueError),

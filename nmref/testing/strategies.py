@@ -75,12 +75,19 @@ def _integer_elements(dtype: np.dtype) -> st.SearchStrategy[int]:
 
 @st.composite
 def _tie_free(draw, dtype_name: str, shape: tuple[int, ...]) -> np.ndarray:
-    """Distinct magnitudes across the whole array (so within every group), random signs."""
+    """Distinct magnitudes in every window of up to ``bound`` consecutive entries, random signs.
+
+    ``bound`` is the count of small integers the dtype holds exactly (127 for
+    int8, 256 for bfloat16); larger arrays repeat the distinct values cyclically,
+    so every group of ``m <= bound`` consecutive entries is still tie-free.
+    """
     dtype = numpy_dtype(dtype_name)
     size = int(np.prod(shape))
     # Integers below these bounds are exact in the dtype: distinct stays distinct.
     bound = {"bfloat16": 256, "float16": 2048, "int8": 127, "uint8": 255}.get(dtype_name, 10**6)
-    magnitudes = draw(st.lists(st.integers(1, bound), min_size=size, max_size=size, unique=True))
+    count = min(size, bound)
+    distinct = draw(st.lists(st.integers(1, bound), min_size=count, max_size=count, unique=True))
+    magnitudes = np.resize(np.array(distinct, dtype=np.float64), size)
     values = np.array(magnitudes, dtype=np.float64).reshape(shape)
     if dtype.kind != "u":
         signs = draw(hnp.arrays(np.bool_, shape))

@@ -1,0 +1,143 @@
+"""Deliberately wrong N:M implementations: each makes one mistake seen in real code.
+
+The conformance kit (:mod:`nmref.testing`) must reject every one of them; see
+``test_mutants.py``. Every mutant takes NumPy arrays, like any implementation
+under test. Where a mutant imitates a library, the docstring says which.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import nmref
+
+
+def _keep_first_in_order(order: np.ndarray, n: int, shape: tuple[int, ...]) -> np.ndarray:
+    mask = np.zeros(order.shape, dtype=bool)
+    np.put_along_axis(mask, order[:, :n], True, axis=1)
+    return mask.reshape(shape)
+
+
+# --- 1-D masks: nm_mask(scores, n, m) -------------------------------------------------------
+
+
+def lower_index_loses_ties(scores, n, m):
+    """Among equal scores the *higher* index wins (``torch.topk`` on CPU keeps 2, 3 of 1,1,1,1)."""
+    scores = np.asarray(scores)
+    groups = scores.reshape(-1, m)
+    order = np.argsort(groups, axis=1, kind="stable")[:, ::-1]
+    return _keep_first_in_order(order, n, scores.shape)
+
+
+def wrong_axis(scores, n, m):
+    """Groups along axis 0 (output channels) instead of the reduction axis."""
+    return nmref.nm_mask(np.asarray(scores), n, m, axis=0, remainder="pad")
+
+
+def groups_straddle_rows(scores, n, m):
+    """Reshapes the whole tensor to ``(-1, m)``, as SR-STE's ``Sparse`` does: groups cross rows."""
+    nmref.check_pattern(n, m)
+    scores = np.asarray(scores)
+    if scores.size % m:
+        raise ValueError("size not divisible")  # only the total size is checked
+    return nmref.nm_mask(scores.reshape(-1, m), n, m).reshape(scores.shape)
+
+
+def unstable_selection_sort(scores, n, m):
+    """A textbook selection sort: swaps move equal keys past each other (unstable)."""
+    scores = np.asarray(scores)
+    groups = scores.reshape(-1, m)
+    orders = []
+    for group in groups:
+        order = list(range(m))
+        for i in range(m):
+            best = max(range(i, m), key=lambda j, o=order: (group[o[j]], -j))
+            order[i], order[best] = order[best], order[i]
+        orders.append(order)
+    order_array = np.array(orders, dtype=np.intp).reshape(-1, m)
+    return _keep_first_in_order(order_array, n, scores.shape)
+
+
+def drops_kept_zeros(scores, n, m):
+    """Reads the mask back from the masked weight, so a kept zero counts as pruned (under-fills)."""
+    scores = np.asarray(scores)
+    return nmref.nm_mask(scores, n, m) & (scores != 0)
+
+
+def negative_zero_below_zero(scores, n, m):
+    """Ranks ``-0.0`` below ``0.0`` (a bitwise or radix-sort key), breaking rule C4's tie."""
+    scores = np.asarray(scores)
+    groups = scores.reshape(-1, m)
+    positive_sign = ~np.signbit(groups) if groups.dtype.kind == "f" else np.ones(groups.shape, bool)
+    # Descending by (value, sign), then ascending index: lexsort's last key is primary.
+    index = np.broadcast_to(np.arange(m), groups.shape)
+    order = np.array(
+        [
+            np.lexsort((index[r], -positive_sign[r].astype(np.int8), -groups[r].astype(np.float64)))
+            for r in range(groups.shape[0])
+        ]
+    ).reshape(-1, m)
+    return _keep_first_in_order(order, n, scores.shape)
+
+
+def lossy_float64_cast(scores, n, m):
+    """Compares integer scores as float64, where 2**63 - 1 and 2**63 - 2 collide."""
+    scores = np.asarray(scores)
+    return nmref.nm_mask(scores.astype(np.float64), n, m)
+
+
+def bfloat16_compared_in_float16(scores, n, m):
+    """Runs bfloat16 (here: float32) scores through float16: large values overflow to inf and tie."""
+    scores = np.asarray(scores)
+    with np.errstate(over="ignore"):
+        narrowed = scores.astype(np.float16) if scores.dtype.kind == "f" else scores
+    return nmref.nm_mask(narrowed, n, m)
+
+
+def nan_treated_as_minus_inf(scores, n, m):
+    """Silently ranks NaN lowest instead of raising (rule C6)."""
+    scores = np.asarray(scores)
+    if scores.dtype.kind == "f":
+        scores = np.where(np.isnan(scores), -np.inf, scores)
+    return nmref.nm_mask(scores, n, m)
+
+
+# --- magnitude masks: magnitude_mask(weights, n, m) -----------------------------------------
+
+
+def signed_instead_of_magnitude(weights, n, m):
+    """Ranks by signed value (torchao's default runtime sparsifier, ``algo=""``)."""
+    return nmref.nm_mask(np.asarray(weights), n, m)
+
+
+def flat_instead_of_channels(weights, n, m):
+    """Groups a conv weight along the flattened ``(in, kh, kw)`` axis instead of input channels."""
+    return nmref.magnitude_mask(np.asarray(weights), n, m, layout="flat")
+
+
+def integer_abs_overflows(weights, n, m):
+    """``abs`` in the input's integer dtype: ``|int8(-128)|`` wraps to -128 and ranks lowest."""
+    weights = np.asarray(weights)
+    with np.errstate(over="ignore"):
+        magnitudes = np.abs(weights)
+    return nmref.nm_mask(magnitudes, n, m)
+
+
+NM_MASK_MUTANTS = {
+    "lower_index_loses_ties": (lower_index_loses_ties, "float32"),
+    "wrong_axis": (wrong_axis, "float32"),
+    "unstable_selection_sort": (unstable_selection_sort, "float32"),
+    "drops_kept_zeros": (drops_kept_zeros, "float32"),
+    "negative_zero_below_zero": (negative_zero_below_zero, "float32"),
+    "lossy_float64_cast": (lossy_float64_cast, "int64"),
+    "bfloat16_compared_in_float16": (bfloat16_compared_in_float16, "bfloat16"),
+}
+ERROR_RULE_MUTANTS = {
+    "groups_straddle_rows": groups_straddle_rows,
+    "nan_treated_as_minus_inf": nan_treated_as_minus_inf,
+}
+MAGNITUDE_MUTANTS = {
+    "signed_instead_of_magnitude": (signed_instead_of_magnitude, None, "float32"),
+    "flat_instead_of_channels": (flat_instead_of_channels, "channels", "float32"),
+    "integer_abs_overflows": (integer_abs_overflows, None, "int8"),
+}

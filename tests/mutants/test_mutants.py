@@ -1,0 +1,70 @@
+"""Every deliberately wrong implementation in ``implementations.py`` is rejected by the kit.
+
+A conformance kit that passes everything proves nothing: these tests give it
+power. Each mutant makes one mistake seen in real code; the kit must find a
+counterexample and say which rule it breaks.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from nmref.testing import (
+    ConformanceError,
+    check_magnitude_mask,
+    check_mask_error_rules,
+    check_nm_mask,
+)
+from tests.mutants import implementations as mutants
+
+
+@pytest.mark.parametrize("name", sorted(mutants.NM_MASK_MUTANTS))
+def test_nm_mask_mutant_is_rejected(name):
+    function, dtype = mutants.NM_MASK_MUTANTS[name]
+    report = check_nm_mask(function, dtype=dtype, raise_on_failure=False)
+    assert not report.ok, f"{name} passed the kit: {report.summary()}"
+    assert report.failures and "expected" in str(report.failures[0])
+
+
+@pytest.mark.parametrize("name", sorted(mutants.ERROR_RULE_MUTANTS))
+def test_error_rule_mutant_is_rejected(name):
+    report = check_mask_error_rules(mutants.ERROR_RULE_MUTANTS[name], raise_on_failure=False)
+    assert not report.ok, f"{name} passed the kit: {report.summary()}"
+
+
+@pytest.mark.parametrize("name", sorted(mutants.MAGNITUDE_MUTANTS))
+def test_magnitude_mutant_is_rejected(name):
+    function, layout, dtype = mutants.MAGNITUDE_MUTANTS[name]
+    report = check_magnitude_mask(function, layout=layout, dtype=dtype, raise_on_failure=False)
+    assert not report.ok, f"{name} passed the kit: {report.summary()}"
+
+
+def test_the_tie_mutant_report_names_the_tie_rule():
+    with pytest.raises(ConformanceError, match=r"lower index must win \(rule C4"):
+        check_nm_mask(mutants.lower_index_loses_ties, quick=True)
+
+
+def test_the_underfill_mutant_report_names_the_count_rule():
+    with pytest.raises(ConformanceError, match=r"must keep exactly \d+ \(rule C1\)"):
+        check_nm_mask(mutants.drops_kept_zeros, quick=True)
+
+
+def test_the_straddle_mutant_report_names_the_row_rule():
+    with pytest.raises(ConformanceError, match="groups must not straddle rows"):
+        check_mask_error_rules(mutants.groups_straddle_rows)
+
+
+def test_torch_topk_is_rejected_on_ties():
+    """The real ``torch.topk``: not tie-compatible with the spec (rule C4)."""
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    def topk_mask(scores, n, m):
+        groups = torch.from_numpy(np.ascontiguousarray(scores)).reshape(-1, m)
+        mask = torch.zeros(groups.shape, dtype=torch.bool)
+        if n:
+            mask.scatter_(1, torch.topk(groups, n, dim=1).indices, True)
+        return mask.reshape(scores.shape).numpy()
+
+    report = check_nm_mask(topk_mask, raise_on_failure=False)
+    assert not report.ok
