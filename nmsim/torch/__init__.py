@@ -11,9 +11,28 @@ from __future__ import annotations
 from .layouts import from_reduction_matrix, to_reduction_matrix
 from .masks import SUPPORTED_DTYPES, is_nm, magnitude_mask, nm_mask, to_magnitude_keys
 
+
+def golden_implementation(vector, device: str = "cpu"):
+    """The torch implementation (as a NumPy callable) for a golden vector, or None.
+
+    Used by ``nmsim verify`` and the golden-vector tests: picks the function
+    named by ``vector.function`` and runs it in ``vector.dtype`` on ``device``.
+    """
+    from .adapters import numpy_adapter
+
+    if vector.function == "nm_mask":
+        return numpy_adapter(nm_mask, device=device, dtype=vector.dtype)
+    if vector.function == "magnitude_mask":
+        return numpy_adapter(
+            magnitude_mask, device=device, dtype=vector.dtype, layout=vector.layout
+        )
+    return None
+
+
 __all__ = [
     "SUPPORTED_DTYPES",
     "from_reduction_matrix",
+    "golden_implementation",
     "is_nm",
     "magnitude_mask",
     "nm_mask",

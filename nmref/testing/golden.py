@@ -1,0 +1,145 @@
+"""Golden vectors: stored inputs and expected outputs that pin the spec's answers.
+
+``specs/vectors/manifest.json`` lists the vectors; each is an ``.npz`` file
+(read with ``allow_pickle=False``) holding ``input`` and ``expected`` arrays.
+A ``"bfloat16"`` vector stores its input as the exact float32 upcast. The files
+are written by ``specs/vectors/make_vectors.py`` from the readable reference
+and never edited by hand; the manifest records each file's SHA-256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from nmref.testing.cases import Case
+from nmref.testing.masks import compare_masks
+from nmref.testing.report import Failure, Report
+
+__all__ = ["GoldenVector", "check_golden_vectors", "default_vectors_dir", "load_vectors"]
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class GoldenVector:
+    """One stored vector: the manifest entry and its arrays."""
+
+    name: str
+    function: str
+    n: int
+    m: int
+    dtype: str
+    layout: str | None
+    input: NDArray
+    expected: NDArray
+
+    def as_case(self) -> Case:
+        """The vector as a kit :class:`Case`."""
+        return Case(self.input, self.n, self.m, "golden", self.dtype, self.layout, self.name)
+
+
+def default_vectors_dir() -> Path:
+    """``specs/vectors`` of the source tree this package was imported from."""
+    return Path(__file__).resolve().parents[2] / "specs" / "vectors"
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file's bytes, hex."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def load_vectors(
+    directory: Path | str | None = None, *, verify_digests: bool = True
+) -> Iterator[GoldenVector]:
+    """Yield the vectors listed in ``directory/manifest.json``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the manifest or a listed file is missing.
+    ValueError
+        If the schema version is unknown or a file's SHA-256 differs from the
+        manifest (the file was changed without regenerating the manifest).
+    """
+    directory = Path(directory) if directory is not None else default_vectors_dir()
+    manifest = json.loads((directory / "manifest.json").read_text())
+    if manifest.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(
+            f"manifest schema_version={manifest.get('schema_version')!r} is not {SCHEMA_VERSION}"
+        )
+    for entry in manifest["vectors"]:
+        path = directory / entry["file"]
+        if verify_digests and file_digest(path) != entry["sha256"]:
+            raise ValueError(f"{path.name}: SHA-256 differs from manifest.json; regenerate both")
+        with np.load(path, allow_pickle=False) as arrays:
+            yield GoldenVector(
+                entry["name"],
+                entry["function"],
+                int(entry["n"]),
+                int(entry["m"]),
+                entry["dtype"],
+                entry.get("layout"),
+                arrays["input"],
+                arrays["expected"],
+            )
+
+
+def check_golden_vectors(
+    implementation_for: Callable[[GoldenVector], Callable[[NDArray, int, int], object] | None],
+    directory: Path | str | None = None,
+    *,
+    raise_on_failure: bool = True,
+) -> Report:
+    """Run an implementation on every golden vector and compare with the stored output.
+
+    Parameters
+    ----------
+    implementation_for : callable
+        Given a vector, returns the callable ``impl(input, n, m)`` to run on
+        it (e.g. chosen by ``vector.function`` and ``vector.dtype``), or
+        ``None`` to skip that vector (an algorithm the implementation lacks).
+
+    Returns
+    -------
+    Report
+        One case per vector run.
+    """
+    import nmref
+
+    report = Report("golden vectors")
+    for vector in load_vectors(directory):
+        impl = implementation_for(vector)
+        if impl is None:
+            continue
+        case = vector.as_case()
+        try:
+            got = impl(vector.input, vector.n, vector.m)
+        except Exception as error:  # any exception on a stored valid input is a failure
+            report.add(Failure("golden vectors", case, f"  raised {type(error).__name__}: {error}"))
+            continue
+        if vector.function == "magnitude_mask":
+            keys = nmref.to_magnitudes(nmref.to_reduction_matrix(vector.input, vector.layout))
+
+            def to_matrix(mask: NDArray, layout: str | None = vector.layout) -> NDArray:
+                return nmref.to_reduction_matrix(mask, layout)
+        else:
+            length = vector.input.shape[-1]
+            keys = vector.input.reshape(-1, length)
+
+            def to_matrix(mask: NDArray, length: int = length) -> NDArray:
+                return mask.reshape(-1, length)
+
+        failure, gap = compare_masks(
+            f"golden {vector.name}", case, got, vector.expected, keys, to_matrix
+        )
+        report.add(failure, gap)
+    if raise_on_failure:
+        report.raise_for_failure()
+    return report

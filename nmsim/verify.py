@@ -1,0 +1,143 @@
+"""``nmsim verify``: run the conformance suite and the golden vectors on the torch path.
+
+Prints one row per algorithm x dtype x device (cases, mismatches, max gap) and
+exits 1 if any case mismatches, 0 otherwise. Example::
+
+    nmsim verify --device cpu --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["add_parser", "format_table", "run_verify"]
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``verify`` on the ``nmsim`` command line."""
+    parser = subparsers.add_parser(
+        "verify",
+        help="check the torch path against nmref: conformance suite and golden vectors",
+        description=(
+            "Run the conformance kit (nmref.testing) on every algorithm of nmsim.torch for "
+            "every dtype on one device, plus the golden vectors in specs/vectors; print a "
+            "table and exit 1 on any mismatch."
+        ),
+    )
+    parser.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, ...")
+    parser.add_argument("--quick", action="store_true", help="a shorter suite (about a third)")
+    parser.add_argument(
+        "--vectors", type=Path, default=None, help="golden vector folder (default: specs/vectors)"
+    )
+    parser.add_argument(
+        "--only", default=None, help="run only suites whose name contains this text"
+    )
+    parser.set_defaults(func=_run_command)
+
+
+def format_table(rows: list[tuple[str, str, str, int, int, float, float]]) -> str:
+    """Plain-text table of ``(algorithm, dtype, device, cases, mismatches, max_gap, seconds)``."""
+    header = ("algorithm", "dtype", "device", "cases", "mismatches", "max gap", "time s")
+    cells = [header] + [
+        (a, d, dev, str(c), str(mm), f"{gap:g}", f"{sec:.2f}")
+        for a, d, dev, c, mm, gap, sec in rows
+    ]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = []
+    for index, row in enumerate(cells):
+        text = "  ".join(
+            cell.ljust(width) if column < 3 else cell.rjust(width)
+            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
+        )
+        lines.append(text.rstrip())
+        if index == 0:
+            lines.append("  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def run_verify(
+    device: str = "cpu",
+    quick: bool = False,
+    vectors: Path | None = None,
+    only: str | None = None,
+    out=None,
+) -> int:
+    """Run every registered suite and the golden vectors; print the table; return the exit code."""
+    import torch
+
+    from nmref.testing.golden import check_golden_vectors, default_vectors_dir
+    from nmsim.torch import conformance, golden_implementation
+
+    out = out or sys.stdout
+    torch_device = torch.device(device)
+    if torch_device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: torch.cuda.is_available() is False on this machine")
+    device_name = str(torch_device)
+    rows = []
+    failures = []
+    for suite in conformance.SUITES.values():
+        if only and only not in suite.name:
+            continue
+        for dtype in suite.dtypes:
+            start = time.perf_counter()
+            report = suite.run(dtype, device_name, quick)
+            seconds = time.perf_counter() - start
+            rows.append(
+                (
+                    suite.name,
+                    dtype,
+                    device_name,
+                    report.cases,
+                    report.mismatches,
+                    report.max_gap,
+                    seconds,
+                )
+            )
+            if not report.ok:
+                failures.append(report)
+    directory = vectors if vectors is not None else default_vectors_dir()
+    if not only or only in "golden vectors":
+        if (directory / "manifest.json").exists():
+            start = time.perf_counter()
+            report = check_golden_vectors(
+                lambda vector: golden_implementation(vector, device_name),
+                directory,
+                raise_on_failure=False,
+            )
+            rows.append(
+                (
+                    "golden vectors",
+                    "all",
+                    device_name,
+                    report.cases,
+                    report.mismatches,
+                    report.max_gap,
+                    time.perf_counter() - start,
+                )
+            )
+            if not report.ok:
+                failures.append(report)
+        else:
+            print(f"golden vectors: no manifest.json in {directory} (not checked)", file=out)
+    print(
+        f"nmsim verify: torch {torch.__version__}, device {device_name}"
+        + (f" ({torch.cuda.get_device_name(torch_device)})" if torch_device.type == "cuda" else ""),
+        file=out,
+    )
+    print(format_table(rows), file=out)
+    total_cases = sum(row[3] for row in rows)
+    total_mismatches = sum(row[4] for row in rows)
+    if failures:
+        print(f"\nFAILED: {total_mismatches} mismatches in {total_cases} cases", file=out)
+        for report in failures:
+            print(f"\n{report}", file=out)
+        return 1
+    print(f"\nok: {total_cases} cases, 0 mismatches", file=out)
+    return 0
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    return run_verify(args.device, args.quick, args.vectors, args.only)

@@ -1,0 +1,122 @@
+"""Regenerate the golden vectors in this folder: ``python specs/vectors/make_vectors.py``.
+
+Inputs come from the kit's deterministic case families (stored as arrays, so
+the vectors never depend on a random generator again); expected outputs come
+from the readable reference ``nmref.nm_mask_reference`` and are cross-checked
+against the fast path before anything is written. ``--check`` regenerates in
+memory and exits 1 if any stored file would change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+
+import nmref  # noqa: E402
+from nmref.masks import nm_mask_reference  # noqa: E402
+from nmref.testing.cases import generate_cases  # noqa: E402
+
+# (function, kind, dtype, layout, patterns): one vector per pattern.
+PLAN = [
+    ("nm_mask", "tie_heavy", "float32", None, [(2, 4), (1, 4), (4, 8)]),
+    ("nm_mask", "tie_free", "float32", None, [(2, 4), (3, 8)]),
+    ("nm_mask", "zeros", "float64", None, [(2, 4)]),
+    ("nm_mask", "infinities", "float32", None, [(2, 4), (1, 2)]),
+    ("nm_mask", "tie_heavy", "float16", None, [(2, 4), (4, 8)]),
+    ("nm_mask", "tie_heavy", "bfloat16", None, [(2, 4), (4, 8)]),
+    ("nm_mask", "random", "bfloat16", None, [(2, 4)]),
+    ("nm_mask", "infinities", "int64", None, [(2, 4)]),
+    ("nm_mask", "tie_heavy", "int8", None, [(7, 40)]),
+    ("magnitude_mask", "tie_heavy", "float32", "linear", [(2, 4), (4, 8)]),
+    ("magnitude_mask", "infinities", "int8", "linear", [(1, 4)]),
+    ("magnitude_mask", "tie_heavy", "bfloat16", "channels", [(2, 4)]),
+    ("magnitude_mask", "random", "float16", "channels", [(2, 4)]),
+    ("magnitude_mask", "tie_heavy", "float32", "flat", [(2, 4), (4, 8)]),
+]
+
+
+def expected_output(function: str, array: np.ndarray, n: int, m: int, layout: str | None):
+    """Reference output by the readable implementation, checked against the fast one."""
+    if function == "nm_mask":
+        readable = nm_mask_reference(array, n, m)
+        fast = nmref.nm_mask(array, n, m)
+    else:
+        matrix = nmref.to_magnitudes(nmref.to_reduction_matrix(array, layout))
+        readable = nmref.from_reduction_matrix(nm_mask_reference(matrix, n, m), array.shape, layout)
+        fast = nmref.magnitude_mask(array, n, m, layout=layout)
+    if not np.array_equal(readable, fast):
+        raise AssertionError(f"readable and fast references disagree on {function} {n}:{m}")
+    return readable
+
+
+def build() -> tuple[dict[str, bytes], dict]:
+    """All vector files (name -> bytes) and the manifest."""
+    files: dict[str, bytes] = {}
+    entries = []
+    for function, kind, dtype, layout, patterns in PLAN:
+        cases = generate_cases(
+            kind, dtype, len(patterns), seed=2026, layout=layout, patterns=tuple(patterns)
+        )
+        for case in cases:
+            name = f"{function}_{kind}_{dtype}_{case.n}of{case.m}" + (
+                f"_{layout}" if layout and layout != "linear" else ""
+            )
+            expected = expected_output(function, case.scores, case.n, case.m, layout)
+            buffer = io.BytesIO()
+            np.savez_compressed(buffer, input=case.scores, expected=expected)
+            data = buffer.getvalue()
+            files[f"{name}.npz"] = data
+            entries.append(
+                {
+                    "name": name,
+                    "file": f"{name}.npz",
+                    "function": function,
+                    "n": case.n,
+                    "m": case.m,
+                    "dtype": dtype,
+                    "layout": layout,
+                    "kind": kind,
+                    "shape": list(case.scores.shape),
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                }
+            )
+    manifest = {
+        "schema_version": 1,
+        "generator": "specs/vectors/make_vectors.py",
+        "expected_by": "nmref.nm_mask_reference (readable), equal to the fast path",
+        "note": "bfloat16 inputs are stored as their exact float32 upcast",
+        "vectors": entries,
+    }
+    return files, manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare, do not write")
+    args = parser.parse_args(argv)
+    files, manifest = build()
+    manifest_text = json.dumps(manifest, indent=1) + "\n"
+    if args.check:
+        stale = [name for name, data in files.items() if (HERE / name).read_bytes() != data]
+        if (HERE / "manifest.json").read_text() != manifest_text:
+            stale.append("manifest.json")
+        print("\n".join(stale) if stale else f"{len(files)} vectors up to date")
+        return 1 if stale else 0
+    for name, data in files.items():
+        (HERE / name).write_bytes(data)
+    (HERE / "manifest.json").write_text(manifest_text)
+    print(f"wrote {len(files)} vectors and manifest.json to {HERE}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
