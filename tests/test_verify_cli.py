@@ -1,0 +1,51 @@
+"""``nmsim verify``: the table, the exit code, and a failure that is reported."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from nmsim.cli import SUBCOMMANDS, main
+
+torch = pytest.importorskip("torch")
+from nmsim.torch import conformance  # noqa: E402
+
+
+def test_verify_is_registered():
+    assert "nmsim.verify" in SUBCOMMANDS
+
+
+def test_verify_quick_passes_and_prints_the_table(capsys):
+    assert main(["verify", "--device", "cpu", "--quick", "--only", "nm_mask"]) == 0
+    out = capsys.readouterr().out
+    assert "algorithm" in out and "mismatches" in out
+    assert "nm_mask" in out and "bfloat16" in out and "golden" not in out
+    assert "ok:" in out
+
+
+def test_verify_exits_one_and_shows_the_counterexample(monkeypatch):
+    from nmref.testing import check_nm_mask
+    from tests.mutants.implementations import lower_index_loses_ties
+
+    broken = conformance.Suite(
+        "broken nm_mask",
+        ("float32",),
+        lambda dtype, device, quick: check_nm_mask(
+            lower_index_loses_ties, dtype=dtype, quick=True, raise_on_failure=False
+        ),
+    )
+    monkeypatch.setitem(conformance.SUITES, broken.name, broken)
+    from nmsim.verify import run_verify
+
+    out = io.StringIO()
+    assert run_verify("cpu", quick=True, only="broken", out=out) == 1
+    text = out.getvalue()
+    assert "FAILED" in text and "lower index must win" in text
+
+
+def test_cuda_without_a_gpu_is_a_clear_error(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert main(["verify", "--device", "cuda", "--quick"]) == 2
+    assert "torch.cuda.is_available() is False" in capsys.readouterr().err
