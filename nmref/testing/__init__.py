@@ -14,7 +14,8 @@ Contents
 - :mod:`nmref.testing.cases`: deterministic case families (``standard_cases``).
 - :mod:`nmref.testing.strategies`: hypothesis strategies (needs hypothesis).
 - checks: :func:`check_nm_mask`, :func:`check_magnitude_mask`,
-  :func:`check_mask_error_rules`, :func:`check_masked_weight_gradient`.
+  :func:`check_mask_error_rules`, :func:`check_sparse_training`,
+  :func:`check_golden_vectors` (in :mod:`nmref.testing.golden`).
 
 This package imports NumPy and nmref only (hypothesis only in ``strategies``):
 never torch, so it can test any framework.
@@ -38,11 +39,13 @@ from nmref.testing.masks import (
     compare_masks,
 )
 from nmref.testing.report import ConformanceError, Failure, Report
+from nmref.testing.training import TRAINING_METHODS, check_sparse_training, training_cases
 
 __all__ = [
     "DTYPE_NAMES",
     "KINDS",
     "PATTERNS",
+    "TRAINING_METHODS",
     "Case",
     "ConformanceError",
     "Failure",
@@ -50,8 +53,10 @@ __all__ = [
     "check_magnitude_mask",
     "check_mask_error_rules",
     "check_nm_mask",
+    "check_sparse_training",
     "compare_masks",
     "generate_cases",
     "round_to_bfloat16",
     "standard_cases",
+    "training_cases",
 ]

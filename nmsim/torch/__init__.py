@@ -10,6 +10,17 @@ from __future__ import annotations
 
 from .layouts import from_reduction_matrix, to_reduction_matrix
 from .masks import SUPPORTED_DTYPES, is_nm, magnitude_mask, nm_mask, to_magnitude_keys
+from .training import (
+    METHODS,
+    SRSTE_DEFAULT_DECAY,
+    MaskedWeight,
+    SparseConv2d,
+    SparseLinear,
+    SparsifyResult,
+    sparse_weight,
+    sparsify,
+    srste_gradient,
+)
 
 
 def golden_implementation(vector, device: str = "cpu"):
@@ -30,12 +41,21 @@ def golden_implementation(vector, device: str = "cpu"):
 
 
 __all__ = [
+    "METHODS",
+    "SRSTE_DEFAULT_DECAY",
     "SUPPORTED_DTYPES",
+    "MaskedWeight",
+    "SparseConv2d",
+    "SparseLinear",
+    "SparsifyResult",
     "from_reduction_matrix",
     "golden_implementation",
     "is_nm",
     "magnitude_mask",
     "nm_mask",
+    "sparse_weight",
+    "sparsify",
+    "srste_gradient",
     "to_magnitude_keys",
     "to_reduction_matrix",
 ]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-__all__ = ["TORCH_DTYPES", "numpy_adapter", "torch_dtype"]
+__all__ = ["TORCH_DTYPES", "numpy_adapter", "torch_dtype", "training_adapter"]
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
@@ -74,4 +74,42 @@ def numpy_adapter(
         return function(tensor, n, m, **keywords).cpu().numpy()
 
     adapter.__name__ = f"{getattr(function, '__name__', 'function')}[{device}]"
+    return adapter
+
+
+def training_adapter(
+    method: str, *, decay: float = 0.0, device: str | torch.device = "cpu", layer: str = "linear"
+) -> Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Wrap a sparse layer as ``impl(x, w, dy, n, m) -> (y, dx, dw)`` for the kit.
+
+    Builds a :class:`~nmsim.torch.SparseLinear` (``layer="linear"``) or a 1x1
+    :class:`~nmsim.torch.SparseConv2d` (``layer="conv1x1"``, the same GEMM
+    through the convolution path) holding ``w``, runs one forward with ``x``
+    and one backward with ``dy``, and returns the three GEMM results.
+    """
+    from .training import SparseConv2d, SparseLinear
+
+    def adapter(x, w, dy, n, m):
+        weight = torch.from_numpy(np.ascontiguousarray(w)).to(device)
+        inputs = torch.from_numpy(np.ascontiguousarray(x)).to(device).requires_grad_(True)
+        grad_out = torch.from_numpy(np.ascontiguousarray(dy)).to(device)
+        options = {"pattern": (n, m), "method": method, "decay": decay}
+        if layer == "linear":
+            module = SparseLinear(w.shape[1], w.shape[0], bias=False, dtype=weight.dtype, **options)
+            with torch.no_grad():
+                module.weight.copy_(weight)
+            y = module(inputs)
+            y.backward(grad_out)
+        else:
+            module = SparseConv2d(
+                w.shape[1], w.shape[0], 1, bias=False, dtype=weight.dtype, **options
+            )
+            with torch.no_grad():
+                module.weight.copy_(weight[:, :, None, None])
+            y = module(inputs[:, :, None, None])[:, :, 0, 0]
+            y.backward(grad_out)
+        grad_w = module.weight.grad.reshape(w.shape)
+        return (y.detach().cpu().numpy(), inputs.grad.cpu().numpy(), grad_w.cpu().numpy())
+
+    adapter.__name__ = f"{method}-{layer}[{device}]"
     return adapter

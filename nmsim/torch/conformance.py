@@ -12,10 +12,16 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nmref.testing import Report, check_magnitude_mask, check_mask_error_rules, check_nm_mask
+from nmref.testing import (
+    Report,
+    check_magnitude_mask,
+    check_mask_error_rules,
+    check_nm_mask,
+    check_sparse_training,
+)
 
 from . import masks
-from .adapters import numpy_adapter
+from .adapters import numpy_adapter, training_adapter
 
 __all__ = ["FLOAT_DTYPES", "SUITES", "Suite", "register", "run_suite"]
 
@@ -91,3 +97,26 @@ for _layout in ("linear", "channels", "flat"):
         )
     )
 register(Suite("mask error rules", ("-",), _error_rules))
+
+
+def _training(method: str, dtype: str, device: str, quick: bool) -> Report:
+    decay = 0.25 if method == "srste" else 0.0
+    report = Report(f"{method} training step")
+    for layer in ("linear", "conv1x1"):
+        impl = training_adapter(method, decay=decay, device=device, layer=layer)
+        report.extend(
+            check_sparse_training(
+                impl, method=method, decay=decay, dtype=dtype, raise_on_failure=False
+            )
+        )
+    return report
+
+
+for _method in ("ste", "srste"):
+    register(
+        Suite(
+            f"{_method} training step",
+            ("float32", "float64"),
+            functools.partial(_training, _method),
+        )
+    )

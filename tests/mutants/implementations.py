@@ -141,3 +141,68 @@ MAGNITUDE_MUTANTS = {
     "flat_instead_of_channels": (flat_instead_of_channels, "channels", "float32"),
     "integer_abs_overflows": (integer_abs_overflows, None, "int8"),
 }
+
+
+# --- training steps: impl(x, w, dy, n, m) -> (y, dx, dw), SR-STE with decay 0.25 -------------
+
+DECAY = 0.25
+
+
+def _step(x, w, dy, n, m, *, backward_mask=None, dense_backward=False, grad_rule="srste"):
+    mask = nmref.magnitude_mask(w, n, m)
+    sparse = np.where(mask, w, 0)
+    y = x @ sparse.T
+    if dense_backward:
+        dx = dy @ w
+    elif backward_mask is not None:
+        dx = dy @ np.where(backward_mask, w, 0)
+    else:
+        dx = dy @ sparse
+    grad = dy.T @ x
+    if grad_rule == "srste":
+        dw = grad + np.where(mask, 0, DECAY * w)
+    elif grad_rule == "masked":
+        dw = np.where(mask, grad, 0)
+    elif grad_rule == "decay_everywhere":
+        dw = grad + DECAY * w
+    elif grad_rule == "decay_per_sample":
+        dw = grad + np.where(mask, 0, DECAY * x.shape[0] * w)
+    return y, dx, dw
+
+
+def backward_mask_not_a_subset(x, w, dy, n, m):
+    """dX uses an N:M mask of the *columns* (as if W^T were pruned separately): it keeps
+    weights the forward pass pruned, so the two GEMMs see different networks."""
+    column_mask = nmref.nm_mask(
+        np.abs(w), min(n, w.shape[0]), min(m, w.shape[0]), axis=0, remainder="pad"
+    )
+    return _step(x, w, dy, n, m, backward_mask=column_mask)
+
+
+def dense_backward_gemm(x, w, dy, n, m):
+    """dX = dY W with the dense weight: the backward GEMM ignores the mask."""
+    return _step(x, w, dy, n, m, dense_backward=True)
+
+
+def masked_weight_gradient(x, w, dy, n, m):
+    """dW masked to the kept positions: not a straight-through estimator."""
+    return _step(x, w, dy, n, m, grad_rule="masked")
+
+
+def decay_on_kept_weights_too(x, w, dy, n, m):
+    """Plain L2 decay on every weight instead of SR-STE's pruned-only term."""
+    return _step(x, w, dy, n, m, grad_rule="decay_everywhere")
+
+
+def decay_once_per_sample(x, w, dy, n, m):
+    """The decay added once per sample (Bi-Mask's DeiT code): effective batch * λ."""
+    return _step(x, w, dy, n, m, grad_rule="decay_per_sample")
+
+
+TRAINING_MUTANTS = {
+    "backward_mask_not_a_subset": backward_mask_not_a_subset,
+    "dense_backward_gemm": dense_backward_gemm,
+    "masked_weight_gradient": masked_weight_gradient,
+    "decay_on_kept_weights_too": decay_on_kept_weights_too,
+    "decay_once_per_sample": decay_once_per_sample,
+}

@@ -14,6 +14,7 @@ from nmref.testing import (
     check_magnitude_mask,
     check_mask_error_rules,
     check_nm_mask,
+    check_sparse_training,
 )
 from tests.mutants import implementations as mutants
 
@@ -68,3 +69,21 @@ def test_torch_topk_is_rejected_on_ties():
 
     report = check_nm_mask(topk_mask, raise_on_failure=False)
     assert not report.ok
+
+
+@pytest.mark.parametrize("name", sorted(mutants.TRAINING_MUTANTS))
+def test_training_mutant_is_rejected(name):
+    report = check_sparse_training(
+        mutants.TRAINING_MUTANTS[name], method="srste", decay=mutants.DECAY, raise_on_failure=False
+    )
+    assert not report.ok, f"{name} passed the kit: {report.summary()}"
+
+
+def test_a_correct_numpy_training_step_passes():
+    """The control: the same helper without a bug passes, so the mutants fail for their bug."""
+    check_sparse_training(mutants._step, method="srste", decay=mutants.DECAY)
+
+
+def test_the_backward_mask_mutant_report_names_the_contract():
+    with pytest.raises(ConformanceError, match="forward mask E"):
+        check_sparse_training(mutants.backward_mask_not_a_subset, decay=mutants.DECAY)

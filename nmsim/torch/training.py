@@ -1,0 +1,381 @@
+"""Sparse training on the torch path: autograd functions, N:M layers and ``sparsify``.
+
+Per-GEMM contract of the 1-D methods (``specs/training.md``; SR-STE per
+Zhou et al. 2021, Fig. 2 and ``specs/srste.md`` of nmref):
+
+===========  ==============================  ===================================
+GEMM         ``method="ste"``                ``method="srste"``
+===========  ==============================  ===================================
+Y  (fwd)     ``X (E ⊙ W)^T``                 same
+dX (bwd)     ``dY (E ⊙ W)``: forward mask    same
+dW (bwd)     ``dY^T X`` (dense, STE)         ``dY^T X + λ (1 − E) ⊙ W``
+===========  ==============================  ===================================
+
+``E = magnitude_mask(W, n, m, layout)`` is recomputed from the dense weight at
+every forward call, bit for bit the nmref mask (ties: lower index). The dense
+gradient is exactly ``grad`` on kept positions and ``grad + dtype(λ) · w`` on
+pruned ones, as :func:`nmref.srste.srste_gradient` (one rounding for the
+product and one for the sum).
+
+Other methods (``"transposable"``, ``"bimask"``, ``"bame"``) plug into
+:data:`METHODS` when their nmref module is present.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nmref.layouts import Layout, to_reduction_shape
+from nmref.patterns import Pattern, parse_pattern
+
+from .masks import magnitude_mask
+
+__all__ = [
+    "METHODS",
+    "SRSTE_DEFAULT_DECAY",
+    "MaskedWeight",
+    "SparseConv2d",
+    "SparseLinear",
+    "SparsifyResult",
+    "sparse_weight",
+    "sparsify",
+    "srste_gradient",
+]
+
+SRSTE_DEFAULT_DECAY = 2e-4  # λ_W of the released SR-STE code (decay=0.0002)
+
+
+def srste_gradient(
+    grad: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, decay: float
+) -> torch.Tensor:
+    """``grad + decay * (1 - mask) * weight``, bit for bit as :func:`nmref.srste.srste_gradient`.
+
+    Kept positions get exactly ``grad``; pruned ones ``grad + dtype(decay) * w``.
+    ``decay = 0`` returns ``grad`` unchanged (plain STE), so ``-0.0`` and the
+    product ``0 * inf`` never appear. Complexity O(size).
+    """
+    if decay == 0:
+        return grad.clone()
+    lam = torch.tensor(decay, dtype=weight.dtype, device=weight.device)
+    return torch.where(mask, grad, grad + lam * weight)
+
+
+class MaskedWeight(torch.autograd.Function):
+    """``W~ = E ⊙ W`` forward; SR-STE (``decay > 0``) or STE (``decay = 0``) backward.
+
+    ``forward(weight, n, m, layout, decay) -> sparse weight``. Pruned entries
+    are set to zero with ``where`` (not multiplied), so an infinite pruned
+    weight gives 0, not NaN.
+    """
+
+    @staticmethod
+    def forward(ctx, weight, n, m, layout, decay):  # type: ignore[override]
+        mask = magnitude_mask(weight.detach(), n, m, layout=layout)
+        ctx.save_for_backward(weight, mask)
+        ctx.decay = decay
+        ctx.mark_non_differentiable(mask)
+        return torch.where(mask, weight, torch.zeros_like(weight)), mask
+
+    @staticmethod
+    def backward(ctx, grad_sparse, _grad_mask):  # type: ignore[override]
+        weight, mask = ctx.saved_tensors
+        return srste_gradient(grad_sparse, weight, mask, ctx.decay), None, None, None, None
+
+
+def _ste(weight: torch.Tensor, pattern: Pattern, layout: Layout | None, decay: float):
+    return MaskedWeight.apply(weight, pattern.n, pattern.m, layout, 0.0)
+
+
+def _srste(weight: torch.Tensor, pattern: Pattern, layout: Layout | None, decay: float):
+    return MaskedWeight.apply(weight, pattern.n, pattern.m, layout, decay)
+
+
+# method -> f(weight, pattern, layout, decay) -> (sparse weight, mask). Methods from other
+# nmref modules (transposable, Bi-Mask, BAME) register here when those modules exist.
+METHODS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
+    "ste": _ste,
+    "srste": _srste,
+}
+
+
+def _check_method(method: str) -> None:
+    if method not in METHODS:
+        raise ValueError(f"method={method!r} must be one of {tuple(METHODS)}")
+
+
+def sparse_weight(
+    weight: torch.Tensor,
+    pattern: str | Pattern | tuple[int, int] = "2:4",
+    *,
+    method: str = "srste",
+    layout: Layout | None = None,
+    decay: float = SRSTE_DEFAULT_DECAY,
+) -> torch.Tensor:
+    """The sparse weight ``E ⊙ W`` of ``method``, differentiable by that method's rule.
+
+    Parameters
+    ----------
+    weight : torch.Tensor
+        Dense weight, ``[out, in]`` or ``[out, in, *kernel]``.
+    pattern : str or Pattern, default "2:4"
+        ``n`` kept of every ``m``.
+    method : {"ste", "srste", ...}
+        A key of :data:`METHODS`.
+    layout : {"linear", "channels", "flat"}, optional
+        Grouping (``nmref.layouts``); default by ``weight.dim()``.
+    decay : float
+        SR-STE's λ_W (ignored by ``"ste"``).
+    """
+    _check_method(method)
+    _check_decay(decay)
+    sparse, _ = METHODS[method](weight, parse_pattern(pattern), layout, decay)
+    return sparse
+
+
+def _check_decay(decay: float) -> None:
+    if isinstance(decay, bool) or not isinstance(decay, int | float):
+        raise TypeError(f"decay={decay!r} must be a real number")
+    if not decay >= 0 or decay == float("inf"):
+        raise ValueError(f"decay={decay!r} must be finite and >= 0")
+
+
+class _SparseMixin:
+    """Shared N:M state of :class:`SparseLinear` and :class:`SparseConv2d`."""
+
+    pattern: Pattern
+    method: str
+    layout: Layout | None
+    decay: float
+    weight: nn.Parameter
+
+    def _init_sparse(
+        self, pattern: str | Pattern | tuple[int, int], method: str, layout, decay: float
+    ) -> None:
+        _check_method(method)
+        _check_decay(decay)
+        self.pattern = parse_pattern(pattern)
+        self.method = method
+        self.layout = layout
+        self.decay = float(decay)
+        _, length = to_reduction_shape(tuple(self.weight.shape), layout)
+        if length % self.pattern.m:
+            raise ValueError(
+                f"reduction length {length} of weight {tuple(self.weight.shape)} "
+                f"(layout={layout!r}) must be a multiple of m={self.pattern.m}"
+            )
+
+    def sparse_weight(self) -> torch.Tensor:
+        """``E ⊙ W`` for the current dense weight (differentiable by the method's rule)."""
+        sparse, _ = METHODS[self.method](self.weight, self.pattern, self.layout, self.decay)
+        return sparse
+
+    @torch.no_grad()
+    def mask(self) -> torch.Tensor:
+        """The current forward mask ``E`` (bool, shape of the weight)."""
+        _, mask = METHODS[self.method](self.weight, self.pattern, self.layout, self.decay)
+        return mask
+
+    def extra_repr(self) -> str:
+        base = super().extra_repr()  # type: ignore[misc]
+        decay = f", decay={self.decay:g}" if self.method == "srste" else ""
+        layout = f", layout={self.layout!r}" if self.layout else ""
+        return f"{base}, pattern={self.pattern}, method={self.method!r}{decay}{layout}"
+
+
+class SparseLinear(_SparseMixin, nn.Linear):
+    """``nn.Linear`` whose weight is N:M sparse in the forward pass (groups along ``in``).
+
+    The dense weight is the parameter; every forward recomputes the mask and
+    computes ``F.linear(x, E ⊙ W, bias)``. Gradients follow the method's
+    per-GEMM contract (module docstring).
+
+    Examples
+    --------
+    >>> layer = SparseLinear(8, 4, pattern="2:4", method="srste")
+    >>> bool((layer.mask().sum(1) == 4).all())
+    True
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        pattern: str | Pattern | tuple[int, int] = "2:4",
+        method: str = "srste",
+        decay: float = SRSTE_DEFAULT_DECAY,
+        device=None,
+        dtype=None,
+    ) -> None:
+        nn.Linear.__init__(self, in_features, out_features, bias, device=device, dtype=dtype)
+        self._init_sparse(pattern, method, "linear", decay)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.sparse_weight(), self.bias)
+
+    @classmethod
+    def from_dense(cls, linear: nn.Linear, **options) -> SparseLinear:
+        """A SparseLinear sharing ``linear``'s parameters (no copy)."""
+        layer = cls.__new__(cls)
+        nn.Module.__init__(layer)
+        layer.in_features, layer.out_features = linear.in_features, linear.out_features
+        layer.weight = linear.weight
+        layer.bias = linear.bias
+        layer._init_sparse(
+            options.get("pattern", "2:4"),
+            options.get("method", "srste"),
+            "linear",
+            options.get("decay", SRSTE_DEFAULT_DECAY),
+        )
+        return layer
+
+
+class SparseConv2d(_SparseMixin, nn.Conv2d):
+    """``nn.Conv2d`` with an N:M sparse weight; groups of input channels by default.
+
+    ``layout="channels"`` (default; NVIDIA ASP, SR-STE ``Sparse_NHWC``) groups
+    ``m`` input channels at one (output channel, kernel tap); ``"flat"`` groups
+    the row-major ``(in, kh, kw)`` axis. Grouped convolutions are supported as
+    the weight ``[out, in/groups, kh, kw]`` is grouped along ``in/groups``.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        *,
+        pattern: str | Pattern | tuple[int, int] = "2:4",
+        method: str = "srste",
+        layout: Layout = "channels",
+        decay: float = SRSTE_DEFAULT_DECAY,
+        device=None,
+        dtype=None,
+    ) -> None:
+        nn.Conv2d.__init__(
+            self,
+            in_channels,
+            out_channels,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            groups,
+            bias,
+            padding_mode,
+            device=device,
+            dtype=dtype,
+        )
+        self._init_sparse(pattern, method, layout, decay)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._conv_forward(x, self.sparse_weight(), self.bias)
+
+    @classmethod
+    def from_dense(cls, conv: nn.Conv2d, **options) -> SparseConv2d:
+        """A SparseConv2d sharing ``conv``'s parameters and hyperparameters (no copy)."""
+        layer = cls.__new__(cls)
+        layer.__dict__.update({k: v for k, v in conv.__dict__.items()})
+        layer._parameters = dict(conv._parameters)
+        layer._buffers = dict(conv._buffers)
+        layer._modules = dict(conv._modules)
+        layer._init_sparse(
+            options.get("pattern", "2:4"),
+            options.get("method", "srste"),
+            options.get("layout", "channels"),
+            options.get("decay", SRSTE_DEFAULT_DECAY),
+        )
+        return layer
+
+
+@dataclass(frozen=True)
+class SparsifyResult:
+    """What :func:`sparsify` did: replaced layer names, and skipped ones with the reason."""
+
+    replaced: tuple[str, ...]
+    skipped: tuple[tuple[str, str], ...]
+
+
+def sparsify(
+    model: nn.Module,
+    method: str = "srste",
+    pattern: str | Pattern | tuple[int, int] = "2:4",
+    *,
+    include: str | Callable[[str, nn.Module], bool] | None = None,
+    exclude: str | Callable[[str, nn.Module], bool] | None = None,
+    decay: float = SRSTE_DEFAULT_DECAY,
+    conv_layout: Layout = "channels",
+) -> SparsifyResult:
+    """Swap eligible ``nn.Linear``/``nn.Conv2d`` layers of ``model`` for sparse ones, in place.
+
+    Parameters are shared (not copied), so an optimizer built before or after
+    the call trains the same tensors.
+
+    Parameters
+    ----------
+    model : nn.Module
+    method, pattern, decay
+        As :class:`SparseLinear`.
+    include, exclude : str (regular expression, ``re.search`` on the qualified
+        name) or callable ``(name, module) -> bool``, optional
+        Which layers to consider; ``exclude`` wins.
+    conv_layout : {"channels", "flat"}, default "channels"
+
+    Returns
+    -------
+    SparsifyResult
+        Names replaced, and names skipped with the reason (a reduction length
+        that is not a multiple of ``m``, as NVIDIA ASP skips such layers,
+        rather than letting groups straddle rows).
+    """
+    _check_method(method)
+    parsed = parse_pattern(pattern)
+
+    def matches(rule, name: str, module: nn.Module) -> bool:
+        if rule is None:
+            return False
+        return bool(re.search(rule, name)) if isinstance(rule, str) else bool(rule(name, module))
+
+    replaced: list[str] = []
+    skipped: list[tuple[str, str]] = []
+    for name, module in list(model.named_modules()):
+        if isinstance(module, SparseLinear | SparseConv2d) or not isinstance(
+            module, nn.Linear | nn.Conv2d
+        ):
+            continue
+        if include is not None and not matches(include, name, module):
+            continue
+        if matches(exclude, name, module):
+            continue
+        layout = "linear" if isinstance(module, nn.Linear) else conv_layout
+        _, length = to_reduction_shape(tuple(module.weight.shape), layout)
+        if length % parsed.m:
+            skipped.append((name, f"reduction length {length} is not a multiple of m={parsed.m}"))
+            continue
+        options = {"pattern": parsed, "method": method, "decay": decay}
+        if isinstance(module, nn.Linear):
+            new = SparseLinear.from_dense(module, **options)
+        else:
+            new = SparseConv2d.from_dense(module, layout=conv_layout, **options)
+        _set_submodule(model, name, new)
+        replaced.append(name)
+    return SparsifyResult(tuple(replaced), tuple(skipped))
+
+
+def _set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, child, module)
