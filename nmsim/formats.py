@@ -438,8 +438,8 @@ def compress_2to4(
         (default). ``"drop"`` reproduces PyTorch, which silently keeps the table's positions
         and loses the rest.
     encoding : {"torch-2.13", "torch-legacy"}
-        Which nibble table (``NIBBLE_TABLES``); it decides the encoding to use for groups with fewer (or more) than 2 nonzeros; groups with
-        exactly 2 encode identically in both.
+        Which nibble table (``NIBBLE_TABLES``). It decides the nibbles of groups with fewer
+        (or more) than 2 nonzeros; groups with exactly 2 encode identically in both.
 
     Returns
     -------
@@ -493,11 +493,12 @@ def compress_2to4(
         if too_many.any():
             row, group = (int(i) for i in np.argwhere(too_many)[0])
             size, kept = spec.group_size, spec.kept_per_group
+            start = size * group
+            found = np.count_nonzero(nonzero_mask(dense[row, start : start + size], dtype_kind))
             raise ValueError(
                 f"dense is not {kept}:{size} sparse: row {row}, columns "
-                f"{size * group}..{size * group + size - 1} hold "
-                f"{np.count_nonzero(nonzero_mask(dense[row, size * group : size * (group + 1)], dtype_kind))} "
-                f"nonzeros (at most {kept} allowed; {int(too_many.sum())} such groups in all). "
+                f"{start}..{start + size - 1} hold {found} nonzeros (at most {kept} allowed; "
+                f"{int(too_many.sum())} such groups in all). "
                 "Prune first (nmref.nm_mask), or pass overfull='drop' to reproduce PyTorch, "
                 "which drops the extras silently"
             )
@@ -611,9 +612,7 @@ def decompress_2to4(
 
     if spec.group_size == 4:
         dense = np.zeros((rows, columns // 4, 4), dtype=spec.storage_dtype)
-        np.put_along_axis(
-            dense, positions.astype(np.int64), values.reshape(rows, -1, 2), axis=-1
-        )
+        np.put_along_axis(dense, positions.astype(np.int64), values.reshape(rows, -1, 2), axis=-1)
     else:
         dense = np.zeros((rows, columns // 2, 2), dtype=spec.storage_dtype)
         element = positions[..., :1].astype(np.int64) // 2
@@ -645,8 +644,7 @@ def compress_2to4_reference(
     rows, columns = dense.shape
     check_shape(rows, columns, dtype_kind, layout)
     entries = {
-        entry["nonzero"]: entry
-        for entry in _format_data()["nibble_tables"][encoding]["entries"]
+        entry["nonzero"]: entry for entry in _format_data()["nibble_tables"][encoding]["entries"]
     }
     flags = nonzero_mask(dense, dtype_kind)
     values = np.zeros((rows, columns // 2), dtype=spec.storage_dtype)
