@@ -190,8 +190,8 @@ def dtype_kind_of(values: np.ndarray) -> str:
 def float32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
     """Round float32 values to bf16 (round to nearest, ties to even) and return the bit patterns.
 
-    NaN becomes the canonical quiet NaN ``0x7FC0`` (what PyTorch's ``.to(torch.bfloat16)``
-    produces); infinities and signed zeros are kept; overflow rounds to infinity.
+    NaN becomes the quiet NaN ``0x7FC0`` (PyTorch 2.13 on CPU gives ``0xFFFF``; both are NaN);
+    infinities and signed zeros are kept; overflow rounds to infinity.
 
     >>> float32_to_bf16_bits(np.array([1.0, -2.0, 1.00390625], dtype=np.float32))
     array([16256, 49152, 16256], dtype=uint16)
@@ -384,7 +384,8 @@ def unpack_nibbles(words: np.ndarray, dtype_kind: str) -> np.ndarray:
     unsigned = words.view(spec.unsigned_metadata_dtype).astype(np.uint64)
     shifts = (4 * np.arange(spec.nibbles_per_word, dtype=np.uint64))[None, None, :]
     nibbles = (unsigned[:, :, None] >> shifts) & np.uint64(0xF)
-    return nibbles.reshape(words.shape[0], -1).astype(np.uint8)
+    rows, per_row = words.shape
+    return nibbles.reshape(rows, per_row * spec.nibbles_per_word).astype(np.uint8)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -399,7 +400,7 @@ def _group_nonzero_codes(nonzero: np.ndarray, spec: FormatSpec) -> np.ndarray:
         # A pair of fp32 is encoded as four 16-bit halves, the two halves of an element
         # sharing its flag: pattern (e0, e0, e1, e1).
         nonzero = np.repeat(nonzero, 2, axis=1)
-    quads = nonzero.reshape(rows, -1, 4).astype(np.int64)
+    quads = nonzero.reshape(rows, nonzero.shape[1] // 4, 4).astype(np.int64)
     return quads @ np.array([1, 2, 4, 8], dtype=np.int64)
 
 
@@ -505,10 +506,12 @@ def compress_2to4(
 
     kept = table.kept[codes]  # (m, metadata groups, 2), positions in 4-slot units
     if spec.group_size == 4:
-        values = np.take_along_axis(dense.reshape(rows, -1, 4), kept, axis=-1)
+        values = np.take_along_axis(dense.reshape(rows, columns // 4, 4), kept, axis=-1)
     else:
         # Slots (0,1) are element 0 and (2,3) element 1: the kept element is first slot // 2.
-        values = np.take_along_axis(dense.reshape(rows, -1, 2), kept[..., :1] // 2, axis=-1)
+        values = np.take_along_axis(
+            dense.reshape(rows, columns // 2, 2), kept[..., :1] // 2, axis=-1
+        )
     values = values.reshape(rows, columns // 2)
 
     metadata = pack_nibbles(table.nibble[codes], dtype_kind)
@@ -612,11 +615,12 @@ def decompress_2to4(
 
     if spec.group_size == 4:
         dense = np.zeros((rows, columns // 4, 4), dtype=spec.storage_dtype)
-        np.put_along_axis(dense, positions.astype(np.int64), values.reshape(rows, -1, 2), axis=-1)
+        pairs = values.reshape(rows, columns // 4, 2)
+        np.put_along_axis(dense, positions.astype(np.int64), pairs, axis=-1)
     else:
         dense = np.zeros((rows, columns // 2, 2), dtype=spec.storage_dtype)
         element = positions[..., :1].astype(np.int64) // 2
-        np.put_along_axis(dense, element, values.reshape(rows, -1, 1), axis=-1)
+        np.put_along_axis(dense, element, values.reshape(rows, columns // 2, 1), axis=-1)
     return dense.reshape(rows, columns)
 
 
