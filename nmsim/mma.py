@@ -44,9 +44,10 @@ WARP_SHAPES: tuple[str, ...] = ("m16n8k16", "m16n8k32")
 WARP_SIZE = 32
 
 _ACCUMULATOR_DTYPES = {"fp32": np.float32, "fp16": np.float16, "int32": np.int32}
-# Unit roundoff of one accumulation step when the hardware truncates (the worst case of
-# round-to-nearest and round-toward-zero); see accumulation_error_bound.
-_STEP_ERROR = {"fp32": 2.0**-23, "fp16": 2.0**-10}
+# Relative error charged to every accumulation step: twice the truncation error of the
+# accumulator (2 ulp-of-1), so that a multi-term adder which aligns and truncates addends to
+# the largest exponent of its block is covered too; see accumulation_error_bound.
+_STEP_ERROR = {"fp32": 2.0**-22, "fp16": 2.0**-9}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,16 +288,21 @@ def accumulation_error_bound(
     """Elementwise bound on ``|D_gpu - mma_sp(...)|`` for floating-point accumulators.
 
     With ``t`` = number of kept products per row (``k/2``) plus one for ``C``, and ``u`` the
-    accumulator's step error (``2**-23`` for fp32, ``2**-10`` for fp16, i.e. truncation):
+    step error (``2**-22`` for fp32, ``2**-9`` for fp16, i.e. twice the accumulator's
+    truncation error):
 
     .. math::
 
-        |D_{gpu} - D| \\le t\\,u \\sum_j |a_j b_j| + |C|\\,t\\,u + \\tfrac12\\,\\mathrm{ulp}(D)
+        |D_{gpu} - D| \\le t\\,u \\sum_j |a_j b_j| + t\\,u\\,|C| + \\tfrac12\\,\\mathrm{ulp}(D)
 
-    valid for any summation order in which every addition has relative error at most ``u``
-    and products are exact (reported for NVIDIA tensor cores by Fasi et al. 2021,
-    "Numerical behavior of NVIDIA tensor cores", PeerJ CS 7:e384 [not re-measured here]).
-    It does not cover the TF32 input reduction: pass the same ``tf32_inputs`` the GPU used.
+    It holds for any summation order and grouping when products are exact and every addition
+    loses at most ``u`` times the magnitude of the largest addend it sees: sequential adders
+    that round or truncate, and multi-term adders that align addends to the block's largest
+    exponent and truncate (the behaviour Fasi et al. 2021, "Numerical behavior of NVIDIA
+    tensor cores", PeerJ Comput. Sci. 7:e330, report for V100/T4/A100 [not re-measured here]).
+    It is a safety bound, not a model: bit-accurate models of specific GPUs exist (Khattak and
+    Mikaitis 2025, arXiv 2512.07004) and are not implemented here. It does not cover the TF32
+    input reduction: pass the same ``tf32_inputs`` the GPU used.
     """
     kind = dtype_kind_of(values) if dtype_kind is None else dtype_kind
     accumulate = _check_accumulate(kind, accumulate)

@@ -5,6 +5,7 @@ The bit-for-bit comparison with PyTorch's converter lives in ``test_formats_torc
 
 from __future__ import annotations
 
+import doctest
 import itertools
 from pathlib import Path
 
@@ -611,3 +612,8 @@ def test_golden_vectors() -> None:
         values, metadata = compress_2to4(dense, dtype_kind=kind, overfull="drop")
         np.testing.assert_array_equal(bits_of(values), bits_of(golden[f"{kind}/values"]))
         np.testing.assert_array_equal(metadata, golden[f"{kind}/metadata"])
+
+
+def test_doctests() -> None:
+    result = doctest.testmod(formats, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import math
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nmsim import mma
 from nmsim.formats import (
     DTYPE_KINDS,
     METADATA_LAYOUTS,
@@ -408,3 +410,8 @@ def test_warp_errors() -> None:
             np.zeros((32, 2), np.int16),
             np.zeros((32, 4), np.float16),
         )
+
+
+def test_doctests() -> None:
+    result = doctest.testmod(mma, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0
