@@ -139,8 +139,8 @@ def nibble_table(name: str = "torch-2.13") -> NibbleTable:
     """The nibble table ``name`` (one of ``NIBBLE_TABLES``) as lookup arrays."""
     if name not in NIBBLE_TABLES:
         raise ValueError(f"nibble_table must be one of {NIBBLE_TABLES}, got {name!r}")
-    kept = np.zeros((16, 2), dtype=np.int64)
-    nibble = np.zeros(16, dtype=np.int64)
+    kept = np.zeros((16, 2), dtype=np.uint8)
+    nibble = np.zeros(16, dtype=np.uint8)
     for entry in _format_data()["nibble_tables"][name]["entries"]:
         code = nonzero_code(entry["nonzero"])
         kept[code] = entry["kept"]
@@ -280,13 +280,17 @@ def _as_storage_array(name: str, array: Any, spec: FormatSpec) -> np.ndarray:
 def nonzero_mask(dense: np.ndarray, dtype_kind: str) -> np.ndarray:
     """Which entries count as nonzero: ``!= 0`` in the element type (so NaN counts, -0.0 does not).
 
-    For bf16 bit patterns an entry is zero when all bits but the sign bit are clear.
+    For floating-point kinds (bf16 bit patterns included) an entry is zero exactly when all its
+    bits but the sign bit are clear, which is ``x != 0`` in IEEE arithmetic.
     """
     spec = format_spec(dtype_kind)
     dense = np.asarray(dense)
-    if spec.dtype_kind == "bf16":
-        return (dense & np.uint16(0x7FFF)) != 0
-    return dense != 0
+    if spec.dtype_kind == "int8":
+        return dense != 0
+    # Compare bits rather than floats: the same answer, and NumPy's float16 compare is slow.
+    unsigned = np.dtype(f"u{spec.storage_dtype.itemsize}")
+    magnitude_bits = unsigned.type((1 << (8 * unsigned.itemsize - 1)) - 1)
+    return (dense.view(unsigned) & magnitude_bits) != 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -363,14 +367,17 @@ def pack_nibbles(nibbles: np.ndarray, dtype_kind: str) -> np.ndarray:
     as PyTorch stores them: all-``0xE`` words print as ``-4370``.
     """
     spec = format_spec(dtype_kind)
-    nibbles = np.asarray(nibbles).astype(np.uint64)
+    nibbles = np.asarray(nibbles)
     rows, groups = nibbles.shape
     per_word = spec.nibbles_per_word
     if groups % per_word:
         raise ValueError(f"{groups} nibbles per row do not fill whole {per_word}-nibble words")
-    shifts = (4 * np.arange(per_word, dtype=np.uint64))[None, None, :]
-    words = (nibbles.reshape(rows, groups // per_word, per_word) << shifts).sum(axis=-1)
-    return words.astype(spec.unsigned_metadata_dtype).view(spec.metadata_dtype)
+    unsigned = spec.unsigned_metadata_dtype
+    slots = nibbles.reshape(rows, groups // per_word, per_word)
+    words = np.zeros((rows, groups // per_word), dtype=unsigned)
+    for slot in range(per_word):
+        words |= slots[:, :, slot].astype(unsigned) << unsigned.type(4 * slot)
+    return words.view(spec.metadata_dtype)
 
 
 def unpack_nibbles(words: np.ndarray, dtype_kind: str) -> np.ndarray:
@@ -400,8 +407,8 @@ def _group_nonzero_codes(nonzero: np.ndarray, spec: FormatSpec) -> np.ndarray:
         # A pair of fp32 is encoded as four 16-bit halves, the two halves of an element
         # sharing its flag: pattern (e0, e0, e1, e1).
         nonzero = np.repeat(nonzero, 2, axis=1)
-    quads = nonzero.reshape(rows, nonzero.shape[1] // 4, 4).astype(np.int64)
-    return quads @ np.array([1, 2, 4, 8], dtype=np.int64)
+    quads = nonzero.reshape(rows, nonzero.shape[1] // 4, 4).view(np.uint8)
+    return quads[..., 0] | quads[..., 1] << 1 | quads[..., 2] << 2 | quads[..., 3] << 3
 
 
 def compress_2to4(
@@ -490,7 +497,7 @@ def compress_2to4(
 
     codes = _group_nonzero_codes(nonzero_mask(dense, dtype_kind), spec)
     if overfull == "error":
-        too_many = np.bitwise_count(codes.astype(np.uint8)) > 2
+        too_many = np.bitwise_count(codes) > 2
         if too_many.any():
             row, group = (int(i) for i in np.argwhere(too_many)[0])
             size, kept = spec.group_size, spec.kept_per_group
@@ -504,17 +511,18 @@ def compress_2to4(
                 "which drops the extras silently"
             )
 
-    kept = table.kept[codes]  # (m, metadata groups, 2), positions in 4-slot units
+    nibbles = table.nibble[codes]  # (m, metadata groups) uint8
     if spec.group_size == 4:
+        # The nibble holds the kept positions: bits 1:0 first, bits 3:2 second.
+        kept = np.stack((nibbles & 3, nibbles >> 2), axis=-1).astype(np.intp)
         values = np.take_along_axis(dense.reshape(rows, columns // 4, 4), kept, axis=-1)
     else:
         # Slots (0,1) are element 0 and (2,3) element 1: the kept element is first slot // 2.
-        values = np.take_along_axis(
-            dense.reshape(rows, columns // 2, 2), kept[..., :1] // 2, axis=-1
-        )
+        element = ((nibbles & 3) >> 1)[..., None].astype(np.intp)
+        values = np.take_along_axis(dense.reshape(rows, columns // 2, 2), element, axis=-1)
     values = values.reshape(rows, columns // 2)
 
-    metadata = pack_nibbles(table.nibble[codes], dtype_kind)
+    metadata = pack_nibbles(nibbles, dtype_kind)
     if layout == "cutlass_sm80":
         metadata = reorder_metadata(metadata, dtype_kind)
     return values, metadata
