@@ -23,7 +23,7 @@ from nmsim.formats import (  # noqa: E402
     metadata_storage_offsets,
     nibble_table,
 )
-from tests.test_formats import aligned_shape, bits_of, random_elements, random_sparse  # noqa: E402
+from tests.format_cases import aligned_shape, bits_of, random_elements, random_sparse  # noqa: E402
 
 TORCH_DTYPES = {
     "fp16": torch.float16,

@@ -34,7 +34,7 @@ from nmsim.mma import (
     mma_sp_warp,
     tf32_round,
 )
-from tests.test_formats import random_sparse
+from tests.format_cases import random_sparse
 
 # ---------------------------------------------------------------------------------------------
 # Helpers: integer-valued operands of every kind, and an independent dense reference
@@ -415,3 +415,19 @@ def test_warp_errors() -> None:
 def test_doctests() -> None:
     result = doctest.testmod(mma, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_pipeline_from_nmref_mask() -> None:
+    """nmref masks a dense weight; nmsim compresses it; mma_sp equals the masked matmul."""
+    import nmref
+
+    rng = np.random.default_rng(12)
+    weights = rng.integers(-20, 21, size=(64, 128)).astype(np.float16)
+    mask = nmref.magnitude_mask(weights, 2, 4)
+    pruned = np.where(mask, weights, np.float16(0))
+    values, metadata = compress_2to4(pruned, dtype_kind="fp16")
+    activations = rng.integers(-20, 21, size=(128, 16)).astype(np.float16)
+    expected = (weights.astype(np.float64) * mask) @ activations.astype(np.float64)
+    np.testing.assert_array_equal(
+        mma_sp(values, metadata, activations), expected.astype(np.float32)
+    )
