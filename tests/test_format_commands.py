@@ -102,3 +102,10 @@ def test_pattern_histogram_fp32() -> None:
     _, metadata = compress_2to4(dense, dtype_kind="fp32")
     positions = metadata_to_positions(metadata, dtype_kind="fp32")
     assert pattern_histogram(positions, 2) == {"10": 32, "01": 32 * 7}
+
+
+def test_subcommands_are_registered(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert "compress" in text and "inspect" in text

@@ -93,6 +93,19 @@ def test_underfull_kept_covers_nonzeros_overfull_kept_subset(name: str) -> None:
             assert kept < nonzeros
 
 
+def test_data_file_case_labels_match_the_patterns() -> None:
+    data = formats._format_data()
+    for table in data["nibble_tables"].values():
+        for entry in table["entries"]:
+            count = entry["nonzero"].count("1")
+            expected = "exact" if count == 2 else "underfull" if count < 2 else "overfull"
+            assert entry["case"] == expected, entry
+    for kind, row in data["dtype_kinds"].items():
+        assert row["column_multiple"] == 2 * row["dense_columns_per_word"], kind
+        assert row["row_multiple"] == row["band_rows"], kind
+        assert row["source"], kind
+
+
 def test_current_table_literal() -> None:
     """All 16 rows of the torch-2.13 table, written out as in specs/formats.md."""
     expected = {

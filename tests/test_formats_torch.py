@@ -22,6 +22,8 @@ from nmsim.formats import (  # noqa: E402
     format_spec,
     metadata_storage_offsets,
     nibble_table,
+    pack_nibbles,
+    reorder_metadata,
 )
 from tests.format_cases import aligned_shape, bits_of, random_elements, random_sparse  # noqa: E402
 
@@ -221,3 +223,45 @@ def test_bf16_conversion_matches_torch_except_nan_bits() -> None:
     # Both give a NaN; the bits differ (nmsim 0x7FC0, torch 2.13 CPU 0xFFFF).
     assert (ours[nan] == 0x7FC0).all()
     assert ((theirs[nan] & 0x7F80) == 0x7F80).all() and (theirs[nan] & 0x007F).all()
+
+
+@given(
+    kind=st.sampled_from(DTYPE_KINDS),
+    row_blocks=st.integers(1, 2),
+    column_blocks=st.integers(1, 3),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_decoding_arbitrary_valid_metadata_agrees_with_torch(
+    kind: str, row_blocks: int, column_blocks: int, seed: int
+) -> None:
+    """Random words built from valid nibbles (decreasing positions included), not from compress."""
+    rng = np.random.default_rng(seed)
+    spec = format_spec(kind)
+    rows, columns = aligned_shape(kind, row_blocks, column_blocks)
+    if spec.group_size == 2:
+        choices = np.array([0x4, 0xE], dtype=np.uint8)
+    else:  # every nibble with two different positions, in either order
+        choices = np.array([n for n in range(16) if n & 3 != n >> 2], dtype=np.uint8)
+    nibbles = rng.choice(choices, size=(rows, columns // spec.group_size))
+    metadata = reorder_metadata(pack_nibbles(nibbles, kind), kind)
+    values = random_elements(rng, kind, (rows, columns // 2), bf16_nans=False)
+    if kind == "fp32":  # see test_torch_decoder_reads_our_format
+        halves = bits_of(values).view(np.uint16)
+        halves[(halves & 0x7C00) == 0x7C00] |= 0x0200
+    ours = decompress_2to4(values, metadata, dtype_kind=kind)
+    theirs = conversions.sparse_semi_structured_to_dense_cutlass(
+        to_torch(values, kind), torch.from_numpy(metadata)
+    )
+    np.testing.assert_array_equal(bits_of(ours), bits_of(from_torch(theirs, kind)))
+
+
+def test_checker_power_legacy_encoding_differs_from_torch() -> None:
+    """The comparison can tell encodings apart: the legacy table must fail it on 1000 groups."""
+    dense = np.zeros((32, 32), dtype=np.float16)
+    dense[:, 0::4] = 1  # every group is 1000: current 0x8, legacy 0xC
+    _, legacy = compress_2to4(dense, dtype_kind="fp16", encoding="torch-legacy")
+    _, torch_metadata = torch_compress(dense, "fp16")
+    assert not np.array_equal(legacy, torch_metadata)
+    np.testing.assert_array_equal(
+        decompress_2to4(*compress_2to4(dense, dtype_kind="fp16", encoding="torch-legacy")), dense
+    )
