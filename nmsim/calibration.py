@@ -48,7 +48,9 @@ FITTED: tuple[str, ...] = (
 #: Parameters held at a stated assumption because no published point identifies them.
 ASSUMED: dict[str, tuple[float, str]] = {
     "dense_memory_efficiency": (
-        0.8, "no dense memory-bound time is published; 80 % of DRAM peak is a typical GEMV figure [M]"),
+        0.8,
+        "no dense memory-bound time is published; 80 % of DRAM peak is a typical GEMV figure [M]",
+    ),
     "launch_overhead_us": (4.0, "hardware.md §4: ~3-5 us per kernel [M]"),
     "sparse_extra_overhead_us": (0.0, "no published point isolates it"),
 }
@@ -421,7 +423,8 @@ def calibrate(points: Sequence[CalibrationPoint] | None = None, *,
     def summary(values: list[float]) -> tuple[float | None, float | None]:
         return (statistics.median(values), max(values)) if values else (None, None)
 
-    held = [r.speedup_error_pct for r in rows if r.role == "test" and r.speedup_error_pct is not None]
+    held = [r.speedup_error_pct for r in rows
+            if r.role == "test" and r.speedup_error_pct is not None]
     loo_errors = [r.loo_error_pct for r in rows if r.loo_error_pct is not None]
     train_errors = [r.speedup_error_pct for r in rows
                     if r.role == "train" and r.speedup_error_pct is not None]

@@ -42,9 +42,9 @@ __all__ = [
     "MethodOptions",
     "Phase",
     "assumption_table",
+    "gemm_densities",
     "hardware_density",
     "inference_density",
-    "gemm_densities",
     "method_phases",
     "training_flops",
 ]
@@ -205,8 +205,11 @@ def inference_density(method: str, pattern: str | Pattern) -> float:
     return 1.0 if method == "dense" else parse_pattern(pattern).density
 
 
+TWO_FOUR = Pattern(2, 4)
+
+
 def hardware_density(density: float, pattern: Pattern, *, weight_operand: bool,
-                     hardware: Pattern = Pattern(2, 4)) -> float:
+                     hardware: Pattern = TWO_FOUR) -> float:
     """Density a sparse tensor core actually executes for a GEMM of ideal ``density``.
 
     Only a GEMM whose weight operand carries the N:M pattern can use the sparse
@@ -429,7 +432,7 @@ def training_flops(
     if any(layer.role == "attention" for layer in layers):
         notes.append("attention score/value products have no weight and stay dense; "
                       "a 'weight_grad' is counted only for weight layers")
-    if accounting == "hardware" and not hardware_compatible(nm, Pattern(2, 4)):
+    if accounting == "hardware" and not hardware_compatible(nm, TWO_FOUR):
         notes.append(f"{nm} is not 2:4-compatible: sparse tensor cores cannot run it, "
                      "so the hardware accounting charges it as dense")
     elif accounting == "hardware" and nm.density < 0.5:

@@ -35,7 +35,7 @@ from importlib import resources
 from typing import Literal
 
 from nmref.patterns import Pattern, parse_pattern
-from nmsim.hardware import DEFAULT_ACCUMULATE, DTYPE_BYTES, GPU, get_gpu, normalize_dtype
+from nmsim.hardware import DTYPE_BYTES, GPU, get_gpu, normalize_dtype
 
 __all__ = [
     "GemmEstimate",
@@ -76,9 +76,14 @@ class GemmParameters:
         Same for the sparse kernel, relative to the vendor's 2x sparse peak.
         Constrained ``<= dense_compute_efficiency`` so a sparse GEMM is never
         modelled faster than 2x the dense compute term.
-    dense_memory_efficiency, sparse_memory_efficiency : float
-        Fraction of DRAM bandwidth the kernels sustain, in (0, 1]; the sparse
-        one is constrained ``<= dense_memory_efficiency``.
+    dense_memory_efficiency : float
+        Fraction of DRAM bandwidth a kernel sustains on dense operands, in (0, 1].
+    sparse_memory_efficiency : float
+        Fraction of DRAM bandwidth at which the **compressed A operand**
+        (values + metadata) streams; B, C and the split-K workspace of a sparse
+        GEMM stream at ``dense_memory_efficiency``. Constrained
+        ``<= dense_memory_efficiency``. Fitted from weight-bound decode GEMMs
+        that run slower sparse than dense (hardware.md §3 rows 10-11).
     launch_overhead_us : float
         Fixed per-call time (launch, prologue/epilogue) of any GEMM.
     sparse_extra_overhead_us : float
@@ -288,7 +293,7 @@ class GemmEstimate:
     tile_efficiency: float
     wave_efficiency: float
     compute_efficiency: float
-    memory_efficiency: float
+    memory_efficiency: float  # of the A operand stream (B and C use the dense value)
     notes: tuple[str, ...] = field(default=())
 
     def as_dict(self) -> dict[str, object]:
@@ -319,6 +324,8 @@ def gemm_time(
     output_dtype: str | None = None,
     incompatible: Literal["error", "dense"] = "error",
     parameters: GemmParameters | None = None,
+    b_elements: int | None = None,
+    c_elements: int | None = None,
 ) -> GemmEstimate:
     """Estimate the time of ``C[m, n] = A[m, k] @ B[k, n]`` on ``gpu``.
 
@@ -344,6 +351,10 @@ def gemm_time(
         What to do with a pattern the hardware cannot accelerate.
     parameters : GemmParameters, optional
         Model parameters; default :func:`default_parameters` (calibrated).
+    b_elements, c_elements : int, optional
+        Elements of B / C actually moved through DRAM when they differ from
+        ``k n`` / ``m n``: an implicit-GEMM convolution reads its activation
+        once (``C_in H W``), not the ``k x n`` im2col matrix.
 
     Returns
     -------
@@ -428,8 +439,10 @@ def gemm_time(
         kept = m * k * executed.density
         a_values = kept * element
         a_metadata = kept * metadata_bits_per_kept(dtype) / 8
-    b_bytes = k * n * element
-    c_bytes = m * n * OUTPUT_BYTES[output]
+    b_count = k * n if b_elements is None else _positive_int("b_elements", b_elements)
+    c_count = m * n if c_elements is None else _positive_int("c_elements", c_elements)
+    b_bytes = b_count * element
+    c_bytes = c_count * OUTPUT_BYTES[output]
 
     # ----- rates
     sparse_path = executed is not None
@@ -437,8 +450,8 @@ def gemm_time(
     peak_tflops = peak.sparse_tflops if sparse_path else peak.dense_tflops
     compute_eff = (params.sparse_compute_efficiency if sparse_path
                    else params.dense_compute_efficiency)
-    memory_eff = (params.sparse_memory_efficiency if sparse_path
-                  else params.dense_memory_efficiency)
+    memory_eff = params.dense_memory_efficiency
+    a_memory_eff = params.sparse_memory_efficiency if sparse_path else memory_eff
     # stored fraction of A's elements (values + metadata) and math speed vs dense
     a_fraction = (a_values + a_metadata) / (m * k * element)
     math_speed = peak_tflops / peak.dense_tflops
@@ -463,7 +476,8 @@ def gemm_time(
             compute = (waves * 2.0 * tile[0] * tile[1] * math.ceil(k / split)
                        / (flops_per_s_per_sm * feed))
             workspace = 0.0 if split == 1 else 2.0 * 4.0 * m * n * split
-            memory = (a_values + a_metadata + b_bytes + c_bytes + workspace) / bytes_per_s
+            memory = ((a_values + a_metadata) / (bytes_per_s * a_memory_eff / memory_eff)
+                      + (b_bytes + c_bytes + workspace) / bytes_per_s)
             total = max(compute, memory) + overhead
             if best is None or total < best[0]:
                 best = (total, compute, memory, workspace, tile, split, waves)
@@ -511,6 +525,6 @@ def gemm_time(
         tile_efficiency=m * n / (tiles_mn * tile[0] * tile[1]),
         wave_efficiency=tiles_mn * split / (waves * sms),
         compute_efficiency=compute_eff,
-        memory_efficiency=memory_eff,
+        memory_efficiency=a_memory_eff,
         notes=tuple(notes),
     )

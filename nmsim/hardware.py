@@ -22,14 +22,15 @@ from typing import Any
 from nmref.patterns import Pattern, parse_pattern
 
 __all__ = [
-    "DTYPE_BYTES",
     "DEFAULT_ACCUMULATE",
+    "DTYPE_BYTES",
     "GPU",
     "Peak",
     "Sourced",
     "get_gpu",
     "gpu_names",
     "list_gpus",
+    "normalize_dtype",
 ]
 
 #: Bytes per element of each tensor-core input dtype the database knows.

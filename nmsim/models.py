@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["Layer", "MODELS", "layers_from_torch", "model_layers"]
+__all__ = ["MODELS", "Layer", "layers_from_torch", "model_layers"]
 
 Role = Literal["stem", "body", "head", "attention", "other"]
 
@@ -41,6 +41,12 @@ class Layer:
     role : {"stem", "body", "head", "attention", "other"}
     count : int
         Identical GEMMs (conv groups, attention heads).
+    kernel_area : int
+        ``prod(kernel)`` of a convolution (1 otherwise): the im2col factor.
+    input_positions : int or None
+        Pixels of the input feature map per example (default ``positions``);
+        with ``kernel_area`` it gives the activation actually read,
+        ``in_features / kernel_area * input_positions`` elements.
     """
 
     name: str
@@ -50,9 +56,14 @@ class Layer:
     positions: int
     role: Role = "body"
     count: int = 1
+    kernel_area: int = 1
+    input_positions: int | None = None
 
     def __post_init__(self) -> None:
-        for attr in ("out_features", "in_features", "positions", "count"):
+        if self.input_positions is None:
+            object.__setattr__(self, "input_positions", self.positions)
+        for attr in ("out_features", "in_features", "positions", "count", "kernel_area",
+                     "input_positions"):
             value = getattr(self, attr)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"layer {self.name!r}: {attr}={value!r} must be an integer >= 1")
@@ -63,15 +74,23 @@ class Layer:
         return self.out_features * self.in_features * self.positions * self.count
 
     @property
+    def activation_elements(self) -> int:
+        """Input activation elements per example (what an implicit GEMM reads once)."""
+        assert self.input_positions is not None
+        return self.in_features // self.kernel_area * self.input_positions * self.count
+
+    @property
     def has_weight(self) -> bool:
         """False for activation-activation products."""
         return self.kind != "matmul"
 
 
 # --------------------------------------------------------------------------- ResNets
-def _conv(name: str, c_in: int, c_out: int, kernel: int, size_out: int, role: Role = "body"
-          ) -> Layer:
-    return Layer(name, "conv", c_out, c_in * kernel * kernel, size_out * size_out, role)
+def _conv(name: str, c_in: int, c_out: int, kernel: int, size_out: int, role: Role = "body",
+          size_in: int | None = None) -> Layer:
+    size_in = size_out if size_in is None else size_in
+    return Layer(name, "conv", c_out, c_in * kernel * kernel, size_out * size_out, role,
+                 kernel_area=kernel * kernel, input_positions=size_in * size_in)
 
 
 def _resnet(blocks: Sequence[int], bottleneck: bool, image_size: int, classes: int
@@ -79,7 +98,7 @@ def _resnet(blocks: Sequence[int], bottleneck: bool, image_size: int, classes: i
     if image_size % 32:
         raise ValueError(f"image_size={image_size} must be a multiple of 32 for a ResNet")
     size = image_size // 2
-    layers = [_conv("conv1", 3, 64, 7, size, "stem")]
+    layers = [_conv("conv1", 3, 64, 7, size, "stem", size_in=image_size)]
     size //= 2  # max-pool
     c_in = 64
     expansion = 4 if bottleneck else 1
@@ -91,13 +110,14 @@ def _resnet(blocks: Sequence[int], bottleneck: bool, image_size: int, classes: i
             c_out = width * expansion
             if bottleneck:
                 layers.append(_conv(f"{prefix}.conv1", c_in, width, 1, size))
-                layers.append(_conv(f"{prefix}.conv2", width, width, 3, out_size))
+                layers.append(_conv(f"{prefix}.conv2", width, width, 3, out_size, size_in=size))
                 layers.append(_conv(f"{prefix}.conv3", width, c_out, 1, out_size))
             else:
-                layers.append(_conv(f"{prefix}.conv1", c_in, width, 3, out_size))
+                layers.append(_conv(f"{prefix}.conv1", c_in, width, 3, out_size, size_in=size))
                 layers.append(_conv(f"{prefix}.conv2", width, width, 3, out_size))
             if stride != 1 or c_in != c_out:
-                layers.append(_conv(f"{prefix}.downsample", c_in, c_out, 1, out_size))
+                layers.append(_conv(f"{prefix}.downsample", c_in, c_out, 1, out_size,
+                                    size_in=size))
             c_in, size = c_out, out_size
     layers.append(Layer("fc", "linear", classes, c_in, 1, "head"))
     return tuple(layers)
@@ -139,7 +159,8 @@ def deit_small(*, image_size: int = 224, patch: int = 16, classes: int = 1000
         raise ValueError(f"image_size={image_size} must be a multiple of patch={patch}")
     patches = (image_size // patch) ** 2
     tokens = patches + 1
-    layers = [Layer("patch_embed", "conv", 384, 3 * patch * patch, patches, "stem")]
+    layers = [Layer("patch_embed", "conv", 384, 3 * patch * patch, patches, "stem",
+                    kernel_area=patch * patch, input_positions=image_size * image_size)]
     for block in range(12):
         layers += _encoder_block(f"blocks.{block}", tokens, 384, 6, 1536, fused_qkv=True)
     layers.append(Layer("head", "linear", classes, 384, 1, "head"))
@@ -241,9 +262,14 @@ def layers_from_torch(module: Any, sample_input: Any) -> tuple[Layer, ...]:
             spatial = 1
             for size in output.shape[2:]:
                 spatial *= int(size)
+            in_spatial = 1
+            for size in inputs[0].shape[2:]:
+                in_spatial *= int(size)
             records.append(Layer(name, "conv", mod.out_channels // groups,
                                  mod.in_channels // groups * kernel,
-                                 spatial * int(output.shape[0]) // batch, count=groups))
+                                 spatial * int(output.shape[0]) // batch, count=groups,
+                                 kernel_area=kernel,
+                                 input_positions=in_spatial * int(output.shape[0]) // batch))
 
     traced = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
     handles = [m.register_forward_hook(hook) for m in module.modules() if isinstance(m, traced)]
