@@ -17,7 +17,7 @@ import math
 import statistics
 import tomllib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -96,6 +96,7 @@ class CalibrationPoint:
     note: str = ""
     weight_mib: float | None = None
     time_us: float | None = None
+    range_tokens: tuple[int, ...] = ()
 
     @property
     def measured_speedup(self) -> float | None:
@@ -130,6 +131,7 @@ def _point(raw: dict[str, Any]) -> CalibrationPoint:
         note=str(raw.get("gpu_note", "")),
         weight_mib=raw.get("weight_mib"),
         time_us=raw.get("time_us"),
+        range_tokens=tuple(int(t) for t in raw.get("range_tokens", ())),
     )
 
 
@@ -208,6 +210,15 @@ def _sweep_max_speedup(point: CalibrationPoint, params: GemmParameters) -> float
                               parameters=params)
                 best = max(best, d.time_s / s.time_s)
     return best
+
+
+def _token_range(point: CalibrationPoint, params: GemmParameters) -> tuple[float, float]:
+    """Min and max modelled speedup of ``point.gemms`` with ``n`` set to each token count."""
+    speedups = []
+    for tokens in point.range_tokens:
+        scaled = replace(point, gemms=tuple(replace(g, n=tokens) for g in point.gemms))
+        speedups.append(predict_point(scaled, params).speedup)
+    return min(speedups), max(speedups)
 
 
 # --------------------------------------------------------------------------- fitting
@@ -414,9 +425,13 @@ def calibrate(points: Sequence[CalibrationPoint] | None = None, *,
                 source=p.source,
             ))
         else:
+            detail = p.reason
+            if p.range_tokens and p.gemms:
+                low, high = _token_range(p, params)
+                detail += f" | model range {low:.2f}-{high:.2f}x over tokens {p.range_tokens}"
             rows.append(PointResult(
                 id=p.id, role=p.role, gpu=p.gpu, measured_speedup=measured,
-                predicted_speedup=None, speedup_error_pct=None, detail=p.reason,
+                predicted_speedup=None, speedup_error_pct=None, detail=detail,
                 source=p.source,
             ))
 
