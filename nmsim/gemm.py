@@ -91,10 +91,9 @@ class GemmParameters:
     tiles : tuple of (int, int)
         Candidate output tiles ``(T_m, T_n)``; the model takes the fastest.
     split_k : tuple of int
-        Candidate split-K factors; partial sums cost an FP32 workspace
-        written and read once.
-    min_k_per_split : int
-        A split must keep at least this many ``k`` per unit.
+        Candidate split-K factors, all allowed for every ``k`` (so time stays
+        monotone in ``k``); partial sums cost an FP32 workspace written and
+        read once, which is what makes large splits unattractive.
     balanced_tile_intensity : float
         Operand-feed limit of an SM, as the tile intensity
         ``T_m T_n / (a T_m + T_n)`` (elements; ``a`` = stored fraction of A) at
@@ -120,7 +119,6 @@ class GemmParameters:
     tiles: tuple[tuple[int, int], ...] = ((256, 128), (128, 256), (128, 128), (128, 64),
                                           (64, 128), (64, 64))
     split_k: tuple[int, ...] = (1, 2, 4, 8, 16)
-    min_k_per_split: int = 256
     balanced_tile_intensity: float = 64.0
     compress_bandwidth_fraction: float = 0.1
     provenance: str = "hand-set placeholder"
@@ -465,8 +463,6 @@ def gemm_time(
     for tile in params.tiles:
         tiles_mn = math.ceil(m / tile[0]) * math.ceil(n / tile[1])
         for split in params.split_k:
-            if split > 1 and k < split * params.min_k_per_split:
-                continue
             units = tiles_mn * split
             waves = math.ceil(units / sms)
             # Operand feed: a small tile reuses each fetched element fewer times, so
