@@ -413,7 +413,9 @@ def training_flops(
                 f"of M={nm.m}; keep it dense with MethodOptions(keep_dense_names=...)"
             )
         input_grad_counted = opts.count_first_layer_input_grad or index != first_weight
-        dense_gemms = {"forward": 1.0, "input_grad": float(input_grad_counted),
+        # An activation-activation product has two input gradients and no weight gradient.
+        dense_gemms = {"forward": 1.0,
+                       "input_grad": float(input_grad_counted) * (1.0 if layer.has_weight else 2.0),
                        "weight_grad": float(layer.has_weight)}
         totals = dict.fromkeys(GEMMS, 0.0)
         for phase in phases:
@@ -430,8 +432,8 @@ def training_flops(
     if not opts.count_first_layer_input_grad:
         notes.append("dX of the first layer is not counted (the input needs no gradient)")
     if any(layer.role == "attention" for layer in layers):
-        notes.append("attention score/value products have no weight and stay dense; "
-                      "a 'weight_grad' is counted only for weight layers")
+        notes.append("attention score/value products have no weight and stay dense; their "
+                     "two operand gradients are counted under input_grad")
     if accounting == "hardware" and not hardware_compatible(nm, TWO_FOUR):
         notes.append(f"{nm} is not 2:4-compatible: sparse tensor cores cannot run it, "
                      "so the hardware accounting charges it as dense")
