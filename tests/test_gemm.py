@@ -74,7 +74,8 @@ def test_sparser_patterns_are_exactly_as_fast_as_2_4(pattern: str) -> None:
 
 @pytest.mark.parametrize("pattern", ["4:8", "8:16", "3:4"])
 def test_incompatible_patterns_raise_or_run_dense_never_faster(pattern: str) -> None:
-    with pytest.raises(ValueError, match=r"not accelerated by a100-sxm4-80gb.*incompatible='dense'"):
+    with pytest.raises(ValueError,
+                       match=r"not accelerated by a100-sxm4-80gb.*incompatible='dense'"):
         gemm_time("a100", 4096, 4096, 4096, dtype="fp16", sparse=pattern)
     dense = gemm_time("a100", 4096, 4096, 4096, dtype="fp16")
     fallback = gemm_time("a100", 4096, 4096, 4096, dtype="fp16", sparse=pattern,
@@ -227,9 +228,9 @@ def test_bad_input_names_the_argument(kwargs: dict[str, object], error: type[Exc
 
 
 def test_parameters_reject_sparse_faster_than_dense() -> None:
-    with pytest.raises(ValueError, match="sparse_compute_efficiency=0.9 must be <="):
+    with pytest.raises(ValueError, match=r"sparse_compute_efficiency=0\.9 must be <="):
         GemmParameters(dense_compute_efficiency=0.8, sparse_compute_efficiency=0.9)
-    with pytest.raises(ValueError, match="dense_memory_efficiency=1.5 must be in"):
+    with pytest.raises(ValueError, match=r"dense_memory_efficiency=1\.5 must be in"):
         GemmParameters(dense_memory_efficiency=1.5)
     with pytest.raises(ValueError, match="split_k"):
         GemmParameters(split_k=(2, 4))
