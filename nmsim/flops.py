@@ -412,6 +412,13 @@ def training_flops(
                 f"layer {layer.name!r}: reduction length {layer.in_features} is not a multiple "
                 f"of M={nm.m}; keep it dense with MethodOptions(keep_dense_names=...)"
             )
+        if sparse and layer.out_features % nm.m and any(
+                p.densities.input_grad < 1.0 for p in phases):
+            raise ValueError(
+                f"layer {layer.name!r}: {method} makes dX sparse with the mask N:M along the "
+                f"output axis, but out_features={layer.out_features} is not a multiple of "
+                f"M={nm.m}; keep it dense with MethodOptions(keep_dense_names=...)"
+            )
         input_grad_counted = opts.count_first_layer_input_grad or index != first_weight
         # An activation-activation product has two input gradients and no weight gradient.
         dense_gemms = {"forward": 1.0,

@@ -88,8 +88,9 @@ def test_per_layer_ratios_match_the_closed_forms(pattern: str) -> None:
 @given(
     layers=st.lists(
         st.builds(Layer, name=st.just("l"), kind=st.just("linear"),
-                  out_features=st.integers(1, 300), in_features=st.integers(1, 40).map(
-                      lambda x: 16 * x), positions=st.integers(1, 500)),
+                  out_features=st.integers(1, 20).map(lambda x: 16 * x),
+                  in_features=st.integers(1, 40).map(lambda x: 16 * x),
+                  positions=st.integers(1, 500)),
         min_size=1, max_size=6),
     n=st.integers(0, 16),
 )
@@ -185,6 +186,10 @@ def test_dense_layers_are_configurable_and_indivisible_sparse_layers_raise() -> 
     assert by_name.training_macs > default.training_macs
     with pytest.raises(ValueError, match="layer 'conv1': reduction length 147 is not a multiple"):
         training_flops("resnet50", "srste", "2:4", options=MethodOptions(keep_dense_roles=()))
+    odd_out = (Layer("odd", "linear", 10, 64, 5),)
+    assert training_flops(odd_out, "srste", "2:4", options=all_sparse_options()).ratio < 1
+    with pytest.raises(ValueError, match="out_features=10 is not a multiple of M=4"):
+        training_flops(odd_out, "bimask", "2:4", options=all_sparse_options())
 
 
 def test_attention_products_stay_dense_and_keep_three_times_forward() -> None:
