@@ -452,7 +452,7 @@ def gemm_time(
     a_memory_eff = params.sparse_memory_efficiency if sparse_path else memory_eff
     # stored fraction of A's elements (values + metadata) and math speed vs dense
     a_fraction = (a_values + a_metadata) / (m * k * element)
-    math_speed = peak_tflops / peak.dense_tflops
+    math_speed = 1.0 / executed.density if executed is not None else 1.0
     flops_per_s_per_sm = peak_tflops * 1e12 / sms * compute_eff
     bytes_per_s = gpu_obj.memory_bandwidth_gb_s.value * 1e9 * memory_eff
     overhead = (params.launch_overhead_us

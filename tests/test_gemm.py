@@ -240,3 +240,43 @@ def test_default_parameters_are_the_calibrated_ones() -> None:
     params = default_parameters()
     assert params.provenance.startswith("fitted by nmsim calibrate")
     assert params.sparse_compute_efficiency <= params.dense_compute_efficiency
+
+
+# --------------------------------------------------------------------------- oracle
+def hand_computed_time(gpu_key: str, m: int, n: int, k: int, sparse: bool,
+                       tile: tuple[int, int], split: int, params: GemmParameters) -> float:
+    """The formula of specs/gemm_model.md §3-4 written out for one configuration, fp16."""
+    from nmsim.hardware import get_gpu
+
+    gpu = get_gpu(gpu_key)
+    peak = gpu.peak("fp16")
+    sms = int(gpu.sms.value)
+    a_bytes = m * k * 2 * (0.5625 if sparse else 1.0)
+    other_bytes = k * n * 2 + m * n * 2 + (8.0 * m * n * split if split > 1 else 0.0)
+    bandwidth = gpu.memory_bandwidth_gb_s.value * 1e9
+    a_eff = params.sparse_memory_efficiency if sparse else params.dense_memory_efficiency
+    memory = a_bytes / (bandwidth * a_eff) + other_bytes / (bandwidth
+                                                            * params.dense_memory_efficiency)
+    per_sm = (peak.sparse_tflops if sparse else peak.dense_tflops) * 1e12 / sms
+    efficiency = params.sparse_compute_efficiency if sparse else params.dense_compute_efficiency
+    stored = 0.5625 if sparse else 1.0
+    feed = min(1.0, tile[0] * tile[1] / (stored * tile[0] + tile[1])
+               / (params.balanced_tile_intensity * (2 if sparse else 1)))
+    units = -(-m // tile[0]) * -(-n // tile[1]) * split
+    waves = -(-units // sms)
+    compute = waves * 2 * tile[0] * tile[1] * -(-k // split) / (per_sm * efficiency * feed)
+    return max(compute, memory) + params.launch_overhead_us * 1e-6
+
+
+@given(gpu=st.sampled_from(GPUS), m=sizes, n=sizes, k=reduction,
+       tile=st.sampled_from([(256, 128), (128, 128), (64, 64), (32, 256)]),
+       split=st.sampled_from([1, 2, 8]), sparse=st.booleans())
+def test_time_matches_the_hand_written_formula(gpu: str, m: int, n: int, k: int,
+                                               tile: tuple[int, int], split: int,
+                                               sparse: bool) -> None:
+    params = default_parameters().replace(tiles=(tile,), split_k=tuple(sorted({1, split})))
+    expected = min(hand_computed_time(gpu, m, n, k, sparse, tile, s, params)
+                   for s in params.split_k)
+    got = gemm_time(gpu, m, n, k, dtype="fp16", sparse="2:4" if sparse else None,
+                    parameters=params)
+    assert got.time_s == pytest.approx(expected, rel=1e-12)
