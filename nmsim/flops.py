@@ -12,7 +12,11 @@ Two accountings are reported side by side, because papers use the first and
 hardware delivers the second:
 
 ``ideal``
-    A GEMM with an N:M operand costs ``N/M`` of its dense FLOPs (nonzero products).
+    A GEMM whose weight operand is N:M **along that GEMM's reduction axis** costs
+    ``N/M`` of its dense FLOPs. This is the papers' convention, not a count of
+    nonzero products: SR-STE's ``dX = dY (W*mask)`` multiplies by zeros too,
+    but its mask runs along ``in``, not along ``out`` (the reduction axis of
+    dX), so no structured kernel can skip them and it is counted dense.
 ``hardware``
     What 2:4 sparse tensor cores can skip: a GEMM whose **weight** operand has a
     2:4-compatible pattern costs ``max(N/M, 1/2)``; an incompatible pattern

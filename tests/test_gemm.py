@@ -280,3 +280,16 @@ def test_time_matches_the_hand_written_formula(gpu: str, m: int, n: int, k: int,
     got = gemm_time(gpu, m, n, k, dtype="fp16", sparse="2:4" if sparse else None,
                     parameters=params)
     assert got.time_s == pytest.approx(expected, rel=1e-12)
+
+
+def test_docstring_examples_hold() -> None:
+    import doctest
+
+    import nmsim.flops
+    import nmsim.gemm
+    import nmsim.hardware
+    import nmsim.models
+
+    for module in (nmsim.gemm, nmsim.hardware, nmsim.flops, nmsim.models):
+        result = doctest.testmod(module)
+        assert result.failed == 0 and result.attempted > 0, module.__name__
