@@ -340,6 +340,8 @@ class CalibrationReport:
     loo_median_error_pct: float | None
     loo_max_error_pct: float | None
     train_median_error_pct: float | None
+    time_median_error_pct: float | None = None
+    time_max_error_pct: float | None = None
     warnings: tuple[str, ...] = field(default=())
 
     def as_dict(self) -> dict[str, object]:
@@ -443,6 +445,14 @@ def calibrate(points: Sequence[CalibrationPoint] | None = None, *,
     loo_errors = [r.loo_error_pct for r in rows if r.loo_error_pct is not None]
     train_errors = [r.speedup_error_pct for r in rows
                     if r.role == "train" and r.speedup_error_pct is not None]
+    time_errors = [
+        _error_pct(predicted, measured)
+        for r in rows if r.role in ("train", "test")
+        for predicted, measured in ((r.predicted_dense_us, r.measured_dense_us),
+                                    (r.predicted_sparse_us, r.measured_sparse_us))
+        if predicted is not None and measured is not None
+    ]
+    time_median, time_max = summary(time_errors)
     held_median, held_max = summary(held)
     loo_median, loo_max = summary(loo_errors)
     warnings = [
@@ -466,6 +476,7 @@ def calibrate(points: Sequence[CalibrationPoint] | None = None, *,
         held_out_median_error_pct=held_median, held_out_max_error_pct=held_max,
         loo_median_error_pct=loo_median, loo_max_error_pct=loo_max,
         train_median_error_pct=statistics.median(train_errors) if train_errors else None,
+        time_median_error_pct=time_median, time_max_error_pct=time_max,
         warnings=tuple(warnings),
     )
 

@@ -37,7 +37,9 @@ def _print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[obj
     for row in cells:
         table.add_row(*row)
     widths = [max([len(col), *(len(r[i]) for r in cells)]) for i, col in enumerate(columns)]
-    Console(width=max(len(title) + 2, sum(widths) + 3 * len(widths) + 1)).print(table)
+    # Wide enough for the table when piped (rich assumes 80), capped so long notes wrap.
+    width = min(160, max(len(title) + 2, sum(widths) + 3 * len(widths) + 1))
+    Console(width=width).print(table)
 
 
 def _fmt(value: object) -> str:
@@ -50,6 +52,10 @@ def _fmt(value: object) -> str:
             return f"{value:.4g}"
         return f"{value:.4g}" if abs(value) < 1000 else f"{value:.1f}"
     return str(value)
+
+
+def _pair(measured: float | None, model: float | None) -> str:
+    return f"{_fmt(measured)} / {_fmt(model)}"
 
 
 def _json(data: Any) -> None:
@@ -266,12 +272,13 @@ def _run_calibrate(args: argparse.Namespace) -> int:
     for r in report.rows:
         if r.role in ("train", "test"):
             rows.append([r.id, r.role, r.gpu, r.measured_speedup, r.predicted_speedup,
-                         r.speedup_error_pct, r.loo_error_pct, r.measured_dense_us,
-                         r.predicted_dense_us])
+                         r.speedup_error_pct, r.loo_error_pct,
+                         _pair(r.measured_dense_us, r.predicted_dense_us),
+                         _pair(r.measured_sparse_us, r.predicted_sparse_us)])
     _print_table("speedup dense/sparse: measured vs model (errors in %; LOO = refit without "
                  "the point)",
                  ["point", "role", "gpu", "measured", "model", "err %", "LOO err %",
-                  "dense us meas.", "dense us model"], rows)
+                  "dense us meas./model", "sparse us meas./model"], rows)
     _print_table("qualitative checks and other points", ["point", "role", "result", "detail"], [
         [r.id, r.role,
          ("pass" if r.passed else "FAIL") + f" (model {r.predicted_speedup:.3f})"
@@ -285,6 +292,9 @@ def _run_calibrate(args: argparse.Namespace) -> int:
     if report.loo_median_error_pct is not None:
         print(f"leave-one-out speedup error:   median {_fmt(report.loo_median_error_pct)} %, "
               f"max {_fmt(report.loo_max_error_pct)} %")
+    if report.time_median_error_pct is not None:
+        print(f"absolute time error (dense and sparse, published times): median "
+              f"{_fmt(report.time_median_error_pct)} %, max {_fmt(report.time_max_error_pct)} %")
     for warning in report.warnings:
         print(f"warning: {warning}")
     if args.write:
