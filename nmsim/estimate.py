@@ -12,12 +12,19 @@ per sparse weight copy and step. See ``specs/gemm_model.md`` §"Step estimate".
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from nmref.patterns import Pattern, parse_pattern
 from nmsim.calibration import compress_time_s
-from nmsim.flops import GEMMS, MethodOptions, is_sparse_layer, method_phases, training_flops
+from nmsim.flops import (
+    GEMMS,
+    MethodOptions,
+    inference_density,
+    is_sparse_layer,
+    method_phases,
+    training_flops,
+)
 from nmsim.gemm import GemmParameters, gemm_time, hardware_compatible
 from nmsim.hardware import DTYPE_BYTES, get_gpu, normalize_dtype
 from nmsim.models import Layer, model_layers
@@ -152,7 +159,7 @@ def estimate_step(
     name = model if isinstance(model, str) else (model_name or "custom")
     phases = method_phases(method, nm, opts)
     if mode == "inference":
-        phases = phases[-1:]  # the deployed mask
+        phases = (replace(phases[-1], fraction=1.0),)  # one step with the deployed mask
     hardware = gpu_obj.peak(dtype).sparse_pattern
     runs_sparse = hardware_compatible(nm, hardware)
     notes: list[str] = []
@@ -202,7 +209,12 @@ def estimate_step(
                 where = f"layer {layer.name!r} {gemm}"
                 dense_t = layer.count * _gemm(gpu_obj.key, *shape, dtype, None, parameters,
                                               where, b_elements=b_el, c_elements=c_el)
-                density = phase.densities.get(gemm) if sparse_layer else 1.0
+                if not sparse_layer:
+                    density = 1.0
+                elif mode == "inference":
+                    density = inference_density(method, nm)  # the deployed mask
+                else:
+                    density = phase.densities.get(gemm)
                 use_sparse = (density < 1.0 and gemm != "weight_grad"
                               and (mode == "train" or inference_sparse))
                 if use_sparse:

@@ -51,6 +51,11 @@ def test_inference_mode_times_only_the_forward() -> None:
     assert 1.0 < e.gemm_time_reduction < 2.0 and e.compress_s == 0
     trained_dense = estimate_step("llama-mlp", "inference_only", "2:4", "a100", 2, "fp16")
     assert trained_dense.time_reduction == 1.0
+    deployed = estimate_step("llama-mlp", "inference_only", "2:4", "a100", 2, "fp16",
+                             mode="inference")
+    assert deployed.gemm_s == e.gemm_s  # pruned after dense training: same deployed model
+    asp = estimate_step("llama-mlp", "asp", "2:4", "a100", 2, "fp16", mode="inference")
+    assert asp.gemm_s == e.gemm_s
 
 
 def test_first_layer_input_grad_is_skipped_when_asked() -> None:
