@@ -62,13 +62,18 @@ def srste_train_step(layers, x, labels, config, optimizer, ledger) -> float:
     for index in range(len(layers) - 1, -1, -1):
         layer = layers[index]
         dense = grad_out.T @ activations[index]
-        grads[index] = (dense + SRSTE_DECAY * np.where(layer.mask, 0.0, layer.weight), grad_out.sum(0))
+        grads[index] = (
+            dense + SRSTE_DECAY * np.where(layer.mask, 0.0, layer.weight),
+            grad_out.sum(0),
+        )
         ledger.record(np.ones_like(layer.mask), layer.mask, grad_out.shape[0])
         if index:
             grad_out = (grad_out @ layer.effective_weight) * (activations[index] > 0)
     ledger.steps += 1
     for layer, (grad, bias_grad) in zip(layers, grads, strict=True):
-        layer.velocity = optimizer.momentum * layer.velocity + grad + optimizer.weight_decay * layer.weight
+        layer.velocity = (
+            optimizer.momentum * layer.velocity + grad + optimizer.weight_decay * layer.weight
+        )
         layer.weight = layer.weight - optimizer.learning_rate * layer.velocity
         layer.bias_velocity = optimizer.momentum * layer.bias_velocity + bias_grad
         layer.bias = layer.bias - optimizer.learning_rate * layer.bias_velocity

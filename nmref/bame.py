@@ -431,10 +431,12 @@ class BlockScores:
     Attributes
     ----------
     reduction : float64 array, shape (rows, groups)
-        Expected loss reduction ``R`` of the block's best adaptation; 0.0 for
+        Expected loss reduction ``R >= 0`` of the block's best adaptation, where
+        keeping the current pattern (``R = 0``) is one of the options; 0.0 for
         non-candidate blocks and blocks that cannot change (``n in {0, m}``).
     proposed_mask : bool array, shape (rows, reduction)
-        The mask each candidate block would take; the current pattern elsewhere.
+        The mask each candidate block would take if ``R > 0``; the current
+        pattern wherever ``R = 0``.
     utility : float64 array, shape (rows, reduction)
         The keep utility ``u`` (NaN outside candidate blocks: never computed there).
     """
@@ -504,7 +506,8 @@ def block_scores(
     **highest** index is pruned, so the lower index stays kept), ``j`` = pruned
     position of largest ``u`` (ties: lowest index), ``R = u_j - u_i``.
     ``"reselect"``: ``S = nm_mask(u, n, m)`` (the maximiser; ties to the lower
-    index), ``R = R(S)``.
+    index), ``R = R(S)``. If the best ``R`` is not positive the block keeps its
+    pattern and ``R = 0``.
 
     Parameters
     ----------
@@ -600,9 +603,12 @@ def block_scores(
             gain = (gain + np.where(delta > 0, u[:, position], 0.0)) - np.where(
                 delta < 0, u[:, position], 0.0
             )
-    reduction[candidate_array] = gain
+    # Keeping the current pattern is always an option (R = 0): a block whose best
+    # adaptation does not strictly reduce the estimated loss proposes no change.
+    improves = gain > 0
+    reduction[candidate_array] = np.where(improves, gain, 0.0)
     block_view = _blocks(proposed, m)
-    block_view[candidate_array] = new_kept
+    block_view[candidate_array] = np.where(improves[:, None], new_kept, kept)
     return BlockScores(reduction, proposed, utility)
 
 
@@ -964,6 +970,8 @@ def evolve_mask_reference(
                     + (u[p] if new_kept[p] and not kept[p] else 0.0)
                     - (u[p] if kept[p] and not new_kept[p] else 0.0)
                 )
+        if not gain > 0:  # no strict improvement: keep the current pattern
+            new_kept, gain = kept, 0.0
         reduction[r, b] = gain
         if config.combine == "freeze_then_rank":
             score = gain
