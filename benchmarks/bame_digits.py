@@ -121,25 +121,30 @@ def main() -> int:
     args = parser.parse_args()
     seeds = range(args.seeds)
     print(f"digits, MLP 64-128-10, {args.epochs} epochs, batch 32, seeds {list(seeds)}")
-    print(f"{'pattern':8} {'method':7} {'test acc % (mean ± sd)':>24} {'dW entries vs SR-STE':>21}")
+    print(f"{'pattern':8} {'method':9} {'test acc % (mean±sd)':>22} {'dW entries vs SR-STE':>21}")
     dense_accs = [train("dense", 4, 4, s, args.epochs)[0] for s in seeds]
-    print(f"{'-':8} {'dense':7} {_fmt(dense_accs):>24} {'1.0000':>21}")
+    print(f"{'-':8} {'dense':9} {_fmt(dense_accs):>22} {'1.0000':>21}")
+    methods = [
+        ("srste", "srste", {}),
+        ("static", "static", {}),
+        ("bame", "bame", {}),
+        # Ablation: pure first-order keep utility (no curvature term), spec 3.2.
+        ("bame c=0", "bame", {"curvature": 0.0}),
+    ]
     for n, m in ((2, 4), (1, 4)):
-        rows = {}
-        for method in ("srste", "static", "bame"):
+        for label, method, switches in methods:
             started = time.perf_counter()
-            runs = [train(method, n, m, s, args.epochs) for s in seeds]
-            rows[method] = runs
+            runs = [train(method, n, m, s, args.epochs, **switches) for s in seeds]
             fraction = statistics.mean(r[1].fraction for r in runs)
             extra = ""
             if method == "bame":
                 ledger = runs[0][1]
                 extra = (
-                    f"  (kept {ledger.kept_entries}, candidate {ledger.candidate_entries}, "
-                    f"block changes {runs[0][2]})"
+                    f"  (seed 0: kept {ledger.kept_entries}, candidate "
+                    f"{ledger.candidate_entries}, block changes {runs[0][2]})"
                 )
             print(
-                f"{f'{n}:{m}':8} {method:7} {_fmt([r[0] for r in runs]):>24} "
+                f"{f'{n}:{m}':8} {label:9} {_fmt([r[0] for r in runs]):>22} "
                 f"{fraction:>21.4f}{extra}  [{time.perf_counter() - started:.1f}s]"
             )
     return 0

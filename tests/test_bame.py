@@ -702,3 +702,85 @@ def test_input_errors():
             config,
             learning_rate=0.1,
         )
+
+
+# ----------------------------------------------------------------------------
+# Edge cases and the checker's power
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (2, 0), (0, 0)])
+def test_zero_size_matrices_give_empty_results(shape):
+    config = BameConfig(2, 4, t_i=0, t_f=10, update_interval=1)
+    empty = np.zeros(shape)
+    mask = np.zeros(shape, dtype=bool)
+    state = BameState.initial(mask, 4)
+    fast = evolve_mask(empty, mask, empty, state, 0, config, learning_rate=0.1)
+    slow = evolve_mask_reference(empty, mask, empty, state, 0, config, learning_rate=0.1)
+    assert fast.mask.shape == shape and fast.budget == 0 and fast.state.num_updates == 1
+    assert_evolutions_equal(fast, slow)
+
+
+def test_weight_dtype_is_preserved_and_regrown_weights_are_exact_zeros():
+    config = BameConfig(
+        1, 4, t_i=0, t_f=10, update_interval=1, adapt_fraction=1.0, fraction_schedule="constant"
+    )
+    weight = np.array([[0.5, -3.0, 2.0, 1.0]], dtype=np.float32)
+    mask = np.array([[False, True, False, False]])
+    grad = np.array([[0.0, 0.0, 0.0, 9.0]], dtype=np.float32)
+    result = evolve_mask(weight, mask, grad, BameState.initial(mask, 4), 0, config, learning_rate=1)
+    assert result.weight.dtype == np.float32
+    np.testing.assert_array_equal(result.mask, [[False, False, False, True]])
+    np.testing.assert_array_equal(result.weight, np.array([[0.5, -3.0, 2.0, 0.0]], np.float32))
+
+
+def _wrong_tie_swap(u, kept):
+    """Mutant: regrow the *highest* index among equal utilities."""
+    count, m = u.shape
+    prune = m - 1 - np.argmin(np.where(kept, u, np.inf)[:, ::-1], axis=1)
+    regrow = m - 1 - np.argmax(np.where(kept, -np.inf, u)[:, ::-1], axis=1)
+    rows = np.arange(count)
+    new_kept = kept.copy()
+    new_kept[rows, prune], new_kept[rows, regrow] = False, True
+    return new_kept, u[rows, regrow] - u[rows, prune]
+
+
+def test_a_mutant_with_the_wrong_tie_rule_is_caught(monkeypatch):
+    import nmref.bame as bame
+
+    monkeypatch.setattr(bame, "_single_swap", _wrong_tie_swap)
+    caught = 0
+    for seed in range(40):
+        choices = {"pattern": 1, "adapt_fraction": 1, "freeze_threshold": 2}
+        weight, mask, grad, state, step, config, _ = make_case(seed, choices, True)
+        fast = evolve_mask(weight, mask, grad, state, step, config, learning_rate=0.1)
+        slow = evolve_mask_reference(weight, mask, grad, state, step, config, learning_rate=0.1)
+        try:
+            assert_evolutions_equal(fast, slow)
+        except AssertionError:
+            caught += 1
+    assert caught > 0
+
+
+def test_a_mutant_that_ignores_freezing_is_caught(monkeypatch):
+    import nmref.bame as bame
+
+    monkeypatch.setattr(
+        bame, "candidate_blocks", lambda state, config: ~np.zeros(state.changes.shape, bool)
+    )
+    choices = {"pattern": 1, "adapt_fraction": 1, "fraction_schedule": 2}
+    weight, mask, grad, state, step, config, velocity = make_case(5, choices, False)
+    frozen_state = BameState(
+        state.changes,
+        state.reverts,
+        state.change_ema,
+        np.ones_like(state.frozen),
+        state.previous_mask,
+        state.num_updates,
+    )
+    result = evolve_mask(
+        weight, mask, grad, frozen_state, step, config, learning_rate=0.1, velocity=velocity
+    )
+    assert (result.mask != mask).any()  # the mutant changes blocks that are all frozen
+    with pytest.raises(AssertionError):
+        assert_valid_evolution(weight, mask, grad, frozen_state, step, config, velocity, result)
