@@ -60,6 +60,8 @@ __all__ = [
     "keep_utility",
     "oscillation_frequency",
     "select_blocks",
+    "update_steps",
+    "weight_gradient_fraction",
 ]
 
 FractionSchedule = Literal["cosine", "linear", "constant"]
@@ -329,6 +331,41 @@ def adaptation_budget(step: int, num_candidates: int, num_blocks: int, config: B
     """
     base = num_candidates if config.budget_of == "candidates" else num_blocks
     return min(num_candidates, math.floor(adapted_fraction(step, config) * base))
+
+
+def update_steps(total_steps: int, config: BameConfig) -> list[int]:
+    """The update steps among ``0 .. total_steps - 1``."""
+    stop = min(int(total_steps), config.t_f)
+    return list(range(config.t_i, max(config.t_i, stop), config.update_interval))
+
+
+def weight_gradient_fraction(
+    total_steps: int, config: BameConfig, candidate_fraction: float = 1.0
+) -> float:
+    r"""Fraction of a dense weight gradient that spec 3.6 computes over a run.
+
+    .. math::
+
+        \frac{n}{m} + \frac{m - n}{m}\, \bar c\, \frac{U}{S}
+
+    with ``S = total_steps``, ``U`` the number of update steps among them and
+    ``c-bar = candidate_fraction`` the mean fraction of blocks that are
+    candidates at an update step (1 while nothing is frozen). The
+    :class:`nmref.bame_training.GradientLedger` of a run measures the same
+    quantity; they agree exactly when no block is frozen (tested).
+
+    Examples
+    --------
+    >>> cfg = BameConfig(2, 4, t_i=0, t_f=4, update_interval=2)
+    >>> weight_gradient_fraction(6, cfg)   # 1/2 + 1/2 * 2/6
+    0.6666666666666666
+    """
+    if total_steps <= 0:
+        raise ValueError(f"total_steps={total_steps} must be >= 1")
+    _check_real("candidate_fraction", candidate_fraction, 0.0, 1.0)
+    updates = len(update_steps(total_steps, config))
+    density = config.n / config.m
+    return density + (1.0 - density) * float(candidate_fraction) * updates / total_steps
 
 
 # ----------------------------------------------------------------------------

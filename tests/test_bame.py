@@ -27,6 +27,8 @@ from nmref.bame import (
     keep_utility,
     oscillation_frequency,
     select_blocks,
+    update_steps,
+    weight_gradient_fraction,
 )
 from nmref.bame_training import (
     SGD,
@@ -508,7 +510,8 @@ def test_ledger_matches_a_hand_count():
             layers, rng.normal(size=(3, 8)), rng.integers(0, 4, 3), t, config, optimizer, ledger
         )
     assert (ledger.kept_entries, ledger.candidate_entries, ledger.dense_entries) == (288, 96, 576)
-    assert ledger.fraction == 384 / 576 and ledger.steps == 6
+    assert ledger.fraction == 384 / 576 == weight_gradient_fraction(6, config)
+    assert ledger.steps == 6
     assert (ledger.multiply_adds, ledger.dense_multiply_adds) == (384 * 3, 576 * 3)
 
 
@@ -598,7 +601,8 @@ def test_digits_trains_at_a_fraction_of_the_gradient_entries():
     assert sum(int(layer.state.changes.sum()) for layer in layers) > 0  # the mask did evolve
     assert all(is_nm(layer.mask, 2, 4) for layer in layers)
     assert accuracy(layers, x[test], y[test]) > 0.9
-    assert 0.5 < ledger.fraction < 0.55  # kept half, plus candidate entries at 15 updates
+    # Kept half, plus the candidate entries of 15 update steps (fewer if blocks froze).
+    assert 0.5 < ledger.fraction <= weight_gradient_fraction(step, config) < 0.55
 
 
 # ----------------------------------------------------------------------------
@@ -784,3 +788,38 @@ def test_a_mutant_that_ignores_freezing_is_caught(monkeypatch):
     assert (result.mask != mask).any()  # the mutant changes blocks that are all frozen
     with pytest.raises(AssertionError):
         assert_valid_evolution(weight, mask, grad, frozen_state, step, config, velocity, result)
+
+
+def test_update_steps_and_expected_fraction():
+    config = BameConfig(1, 4, t_i=5, t_f=50, update_interval=20)
+    assert update_steps(100, config) == [5, 25, 45] and update_steps(26, config) == [5, 25]
+    assert update_steps(3, config) == []
+    assert weight_gradient_fraction(100, config) == 0.25 + 0.75 * 3 / 100
+    assert weight_gradient_fraction(100, config, 0.5) == 0.25 + 0.75 * 0.5 * 3 / 100
+    with pytest.raises(ValueError, match="total_steps=0 must be >= 1"):
+        weight_gradient_fraction(0, config)
+
+
+def test_convolution_weights_evolve_along_input_channels():
+    """A conv weight is evolved on its "channels" reduction matrix and mapped back (C3)."""
+    from nmref.layouts import from_reduction_matrix, to_reduction_matrix
+    from nmref.masks import magnitude_mask
+
+    rng = np.random.default_rng(4)
+    weight = rng.normal(size=(6, 8, 3, 3))
+    grad = rng.normal(size=weight.shape)
+    mask = magnitude_mask(weight, 2, 4)  # "channels" by default
+    config = BameConfig(2, 4, t_i=0, t_f=10, update_interval=1, adapt_fraction=1.0)
+    matrix_mask = to_reduction_matrix(mask)
+    result = evolve_mask(
+        to_reduction_matrix(weight),
+        matrix_mask,
+        to_reduction_matrix(grad),
+        BameState.initial(matrix_mask, 4),
+        0,
+        config,
+        learning_rate=0.1,
+    )
+    assert result.selected.any()
+    new_mask = from_reduction_matrix(result.mask, weight.shape)
+    assert is_nm(new_mask, 2, 4, axis=1)  # groups of 4 input channels
