@@ -823,3 +823,34 @@ def test_convolution_weights_evolve_along_input_channels():
     assert result.selected.any()
     new_mask = from_reduction_matrix(result.mask, weight.shape)
     assert is_nm(new_mask, 2, 4, axis=1)  # groups of 4 input channels
+
+
+@given(seed=st.integers(0, 10_000), choices=case_choices)
+def test_training_step_contracts_under_any_switches(seed, choices):
+    """Every step: N:M masks, frozen pruned weights, and the ledger equals an independent count."""
+    n, m = [(2, 4), (1, 4), (1, 2), (3, 4)][choices["pattern"] % 4]
+    switches = {name: values[choices[name] % len(values)] for name, values in SWITCHES.items()}
+    config = BameConfig(n, m, t_i=1, t_f=7, update_interval=2, **switches)
+    rng = np.random.default_rng(seed)
+    layers = init_sparse_mlp((8, 8, 4), config, rng)
+    ledger = GradientLedger()
+    expected_kept = expected_candidate = 0
+    for t in range(9):
+        before = [(layer.weight.copy(), layer.mask.copy(), layer.state) for layer in layers]
+        for layer in layers:
+            expected_kept += int(layer.mask.sum())
+            if is_update_step(t, config):
+                expected_candidate += (m - n) * int(candidate_blocks(layer.state, config).sum())
+        bame_train_step(
+            layers, rng.normal(size=(3, 8)), rng.integers(0, 4, 3), t, config, SGD(0.1), ledger
+        )
+        for layer, (weight, mask, state) in zip(layers, before, strict=True):
+            assert is_nm(layer.mask, n, m)
+            np.testing.assert_array_equal(layer.weight[~layer.mask], weight[~layer.mask])
+            if not is_update_step(t, config):
+                np.testing.assert_array_equal(layer.mask, mask)
+                assert layer.state is state
+            else:
+                assert layer.state.num_updates == state.num_updates + 1
+    assert (ledger.kept_entries, ledger.candidate_entries) == (expected_kept, expected_candidate)
+    assert ledger.dense_entries == 9 * (64 + 32)
