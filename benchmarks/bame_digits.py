@@ -131,7 +131,7 @@ def main() -> int:
         # Ablation: pure first-order keep utility (no curvature term), spec 3.2.
         ("bame c=0", "bame", {"curvature": 0.0}),
     ]
-    for n, m in ((2, 4), (1, 4)):
+    for n, m in ((2, 4), (1, 4), (1, 8), (1, 16)):
         for label, method, switches in methods:
             started = time.perf_counter()
             runs = [train(method, n, m, s, args.epochs, **switches) for s in seeds]
