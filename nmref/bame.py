@@ -23,9 +23,10 @@ candidate block
     Only candidate blocks get weight-gradient entries at their pruned
     positions, and only at update steps.
 keep utility ``u``
-    The first-order (plus optional one-step look-ahead and curvature) loss
-    reduction of having a position kept rather than pruned; a block's expected
-    loss reduction is ``sum(u over the new kept set) - sum(u over the old one)``.
+    The estimated loss reduction of having a position kept rather than pruned:
+    first-order Taylor terms, a one-step look-ahead term and an isotropic
+    curvature term (spec 3.2); a block's expected loss reduction is
+    ``sum(u over the new kept set) - sum(u over the old one)``.
 
 The functions are pure: they never modify their arguments. Plain-Python
 oracles (``*_reference``) sit beside the vectorised versions and are tested
@@ -53,6 +54,7 @@ __all__ = [
     "adapted_fraction",
     "block_scores",
     "candidate_blocks",
+    "combined_scores",
     "evolve_mask",
     "evolve_mask_reference",
     "gradient_positions",
@@ -870,7 +872,28 @@ def evolve_mask(
     Notes
     -----
     Pure: the inputs are not modified. Complexity O(rows * reduction) plus a
-    sort of the candidate blocks, O(B log B).
+    sort of the candidate blocks, O(B log B). Every rule except the update
+    schedule's names is a reconstruction (spec section 1); see the switches.
+
+    References
+    ----------
+    .. [1] Yang et al., "BAME: Block-Aware Mask Evolution for Efficient N:M
+       Sparse Training", ICML 2025 (abstract; Algorithm 1 inputs t_i, t_f, T).
+    .. [2] Evci et al., "Rigging the Lottery", ICML 2020, Sec. 3 (drop fraction,
+       cosine decay, zero-initialised regrowth).
+
+    Examples
+    --------
+    One 1:2 block; regrowing position 1 (gradient 2, look-ahead step 1) gains
+    ``eta * g**2 = 4``; the regrown weight restarts from 0:
+
+    >>> cfg = BameConfig(1, 2, t_f=10, update_interval=1, adapt_fraction=1.0,
+    ...                  fraction_schedule="constant", lookahead_step=1.0, curvature=0.0)
+    >>> mask = np.array([[True, False]])
+    >>> out = evolve_mask(np.array([[0.5, 0.3]]), mask, np.array([[0.0, 2.0]]),
+    ...                   BameState.initial(mask, 2), 0, cfg)
+    >>> out.mask.tolist(), out.weight.tolist(), out.reduction.tolist()
+    ([[False, True]], [[0.5, 0.0]], [[4.0]])
     """
     if not is_update_step(step, config):
         raise ValueError(

@@ -854,3 +854,12 @@ def test_training_step_contracts_under_any_switches(seed, choices):
                 assert layer.state.num_updates == state.num_updates + 1
     assert (ledger.kept_entries, ledger.candidate_entries) == (expected_kept, expected_candidate)
     assert ledger.dense_entries == 9 * (64 + 32)
+
+
+def test_docstring_examples():
+    import doctest
+
+    import nmref.bame
+
+    failures, tried = doctest.testmod(nmref.bame, extraglobs={"np": np})
+    assert failures == 0 and tried >= 10  # the examples exist and pass
