@@ -863,3 +863,32 @@ def test_docstring_examples():
 
     failures, tried = doctest.testmod(nmref.bame, extraglobs={"np": np})
     assert failures == 0 and tried >= 10  # the examples exist and pass
+
+
+def test_a_regrown_weight_takes_exactly_the_lookahead_step():
+    """Spec 4 step 4: zero init + momentum reset -> the regrown weight becomes -lr * g."""
+    config = BameConfig(
+        1,
+        2,
+        t_i=0,
+        t_f=5,
+        update_interval=5,
+        adapt_fraction=1.0,
+        fraction_schedule="constant",
+        curvature=0.0,
+    )
+    rng = np.random.default_rng(11)
+    layers = init_sparse_mlp((4, 3), config, rng)
+    layer = layers[0]
+    old_mask = layer.mask.copy()
+    x, labels = rng.normal(size=(5, 4)), np.array([0, 1, 2, 0, 1])
+    logits = x @ layer.effective_weight.T + layer.bias
+    probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probs /= probs.sum(axis=1, keepdims=True)
+    probs[np.arange(5), labels] -= 1.0
+    dense_grad = (probs / 5).T @ x
+    bame_train_step(layers, x, labels, 0, config, SGD(0.1, weight_decay=0.01))
+    regrown = layer.mask & ~old_mask
+    assert regrown.any()
+    np.testing.assert_allclose(layer.weight[regrown], -0.1 * dense_grad[regrown], rtol=1e-12)
+    assert (layer.velocity[~layer.mask & old_mask] == 0).all()  # pruned: momentum reset
