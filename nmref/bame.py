@@ -72,6 +72,7 @@ RegrowInit = Literal["zero", "stale"]
 Oscillation = Literal["revert_rate", "change_rate", "change_ema"]
 Combine = Literal["freeze_then_rank", "multiplicative"]
 BudgetOf = Literal["candidates", "all"]
+StepOrder = Literal["evolve_first", "step_first"]
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "fraction_schedule": ("cosine", "linear", "constant"),
@@ -80,6 +81,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "oscillation": ("revert_rate", "change_rate", "change_ema"),
     "combine": ("freeze_then_rank", "multiplicative"),
     "budget_of": ("candidates", "all"),
+    "step_order": ("evolve_first", "step_first"),
 }
 
 
@@ -144,6 +146,10 @@ class BameConfig:
     budget_of : {"candidates", "all"}
         Whether the per-update budget ``k(t)`` is a fraction of the candidate
         blocks or of all blocks of the layer.
+    step_order : {"evolve_first", "step_first"}
+        In the training step (spec 4): evolve the mask with this batch's
+        gradient and then take the SGD step on the new mask, or take the SGD
+        step on the old mask and then evolve with the updated weights.
     """
 
     n: int
@@ -165,6 +171,7 @@ class BameConfig:
     combine: Combine = "freeze_then_rank"
     product_exponent: float = 1.0
     budget_of: BudgetOf = "candidates"
+    step_order: StepOrder = "evolve_first"
 
     def __post_init__(self) -> None:
         check_pattern(self.n, self.m)

@@ -248,6 +248,9 @@ def bame_train_step(
     4. SGD with momentum on the kept entries of the (new) mask; pruned weights
        get no gradient, no decay and no momentum. Biases are dense (not counted).
 
+    With ``config.step_order="step_first"`` steps 3 and 4 swap: SGD on the old
+    mask, then the evolution with the updated weights and this batch's gradient.
+
     Mutates ``layers`` and ``ledger``; returns the batch loss before the update.
     """
     activations = mlp_forward(layers, x)
@@ -276,30 +279,43 @@ def bame_train_step(
         ledger.steps += 1
 
     for layer, grad, bias_grad in zip(layers, weight_grads, bias_grads, strict=True):
-        if updating:
-            evolution = evolve_mask(
-                layer.weight,
-                layer.mask,
-                grad,
-                layer.state,
-                step,
-                config,
-                learning_rate=optimizer.learning_rate,
-                velocity=layer.velocity,
-            )
-            layer.weight, layer.mask = evolution.weight, evolution.mask
-            layer.velocity, layer.state = evolution.velocity, evolution.state  # type: ignore[assignment]
-        kept = layer.mask
-        kept_grad = grad[kept]
-        if not np.isfinite(kept_grad).all():
-            raise RuntimeError("a kept position has no computed gradient (spec 3.6 violated)")
-        layer.velocity[kept] = optimizer.momentum * layer.velocity[kept] + (
-            kept_grad + optimizer.weight_decay * layer.weight[kept]
-        )
-        layer.weight[kept] -= optimizer.learning_rate * layer.velocity[kept]
-        layer.bias_velocity = optimizer.momentum * layer.bias_velocity + bias_grad
-        layer.bias = layer.bias - optimizer.learning_rate * layer.bias_velocity
+        if updating and config.step_order == "evolve_first":
+            _evolve_layer(layer, grad, step, config, optimizer)
+        _sgd_on_kept(layer, grad, bias_grad, optimizer)
+        if updating and config.step_order == "step_first":
+            _evolve_layer(layer, grad, step, config, optimizer)
     return loss
+
+
+def _evolve_layer(
+    layer: SparseLinear, grad: NDArray, step: int, config: BameConfig, optimizer: SGD
+) -> None:
+    evolution = evolve_mask(
+        layer.weight,
+        layer.mask,
+        grad,
+        layer.state,
+        step,
+        config,
+        learning_rate=optimizer.learning_rate,
+        velocity=layer.velocity,
+    )
+    layer.weight, layer.mask = evolution.weight, evolution.mask
+    layer.velocity, layer.state = evolution.velocity, evolution.state  # type: ignore[assignment]
+
+
+def _sgd_on_kept(layer: SparseLinear, grad: NDArray, bias_grad: NDArray, optimizer: SGD) -> None:
+    """Momentum SGD on the kept entries only; pruned entries are not touched at all."""
+    kept = layer.mask
+    kept_grad = grad[kept]
+    if not np.isfinite(kept_grad).all():
+        raise RuntimeError("a kept position has no computed gradient (spec 3.6 violated)")
+    layer.velocity[kept] = optimizer.momentum * layer.velocity[kept] + (
+        kept_grad + optimizer.weight_decay * layer.weight[kept]
+    )
+    layer.weight[kept] -= optimizer.learning_rate * layer.velocity[kept]
+    layer.bias_velocity = optimizer.momentum * layer.bias_velocity + bias_grad
+    layer.bias = layer.bias - optimizer.learning_rate * layer.bias_velocity
 
 
 def accuracy(layers: list[SparseLinear], x: ArrayLike, labels: ArrayLike) -> float:
