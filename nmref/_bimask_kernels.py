@@ -122,3 +122,54 @@ def swap_local_search(rows, permutation, m, n, criterion, first, second):  # pra
             permutation[position_b] = a
             accepted += 1
     return accepted
+
+
+@numba.njit(cache=True, nogil=True)
+def greedy_blocks(rows, order, m, n, criterion, window, permutation):  # pragma: no cover
+    """Fill backward blocks one by one, each slot with the best of the next ``window`` rows.
+
+    ``order`` is the visiting order of the rows. The first unused row in
+    ``order`` opens a block; every further slot takes, among the first
+    ``window`` unused rows in ``order``, the one whose addition raises the
+    block's score most (ties: earliest in ``order``). Writes ``permutation``.
+    Complexity O(out * window * width).
+    """
+    num_rows, width = rows.shape
+    used = np.zeros(num_rows, dtype=np.bool_)
+    counts = np.zeros(width, dtype=np.int32)
+    position = 0
+    head = 0
+    for _ in range(num_rows // m):
+        while used[order[head]]:
+            head += 1
+        opener = order[head]
+        used[opener] = True
+        permutation[position] = opener
+        position += 1
+        for c in range(width):
+            counts[c] = rows[opener, c]
+        for _slot in range(1, m):
+            best = -1
+            best_gain = np.int64(-1) << 40
+            seen = 0
+            k = head
+            while seen < window and k < num_rows:
+                candidate = order[k]
+                if not used[candidate]:
+                    seen += 1
+                    gain = np.int64(0)
+                    for c in range(width):
+                        if rows[candidate, c]:
+                            gain += _block_value(counts[c] + 1, n, criterion) - _block_value(
+                                counts[c], n, criterion
+                            )
+                    if gain > best_gain:
+                        best_gain = gain
+                        best = candidate
+                k += 1
+            used[best] = True
+            permutation[position] = best
+            position += 1
+            for c in range(width):
+                counts[c] += rows[best, c]
+    return permutation

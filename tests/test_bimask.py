@@ -582,3 +582,41 @@ def test_golden_vectors():
             assert bimask.permutation_score(
                 forward, permutation, n, m, criterion=criterion, layout=layout
             ) == int(data[f"{case}/scores"][index])
+
+
+@given(
+    st.one_of(bimask_cases(max_blocks=5), bimask_cases(max_blocks=3, conv=True)),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from(["kept", "eligible"]),
+    st.integers(1, 6),
+)
+def test_greedy_numba_equals_reference(case, seed, criterion, window):
+    weight, n, m, _, layout = case
+    results = [
+        bimask.greedy_permutation(
+            weight,
+            n,
+            m,
+            criterion=criterion,
+            window=window,
+            rng=seed,
+            layout=layout,
+            implementation=impl,
+        )
+        for impl in ("numba", "reference")
+    ]
+    np.testing.assert_array_equal(results[0].permutation, results[1].permutation)
+    assert sorted(results[0].permutation) == list(range(weight.shape[0]))
+    forward = bimask.forward_mask(weight, n, m, layout=layout)
+    assert results[0].score == bimask.permutation_score(
+        forward, results[0].permutation, n, m, criterion=criterion, layout=layout
+    )
+
+
+def test_greedy_beats_random_search_on_gaussian_weights():
+    weight = np.random.default_rng(6).standard_normal((256, 256))
+    random_search = bimask.search_permutation(weight, 2, 4, candidates=100, rng=1)
+    greedy = bimask.greedy_permutation(weight, 2, 4, window=100, rng=1)
+    assert greedy.score > random_search.score
+    with pytest.raises(ValueError, match="window"):
+        bimask.greedy_permutation(weight, 2, 4, window=0, rng=1)
