@@ -140,12 +140,13 @@ def _to_blocks(array: NDArray, layout: Layout) -> NDArray:
     other layouts have one tap.
     """
     matrix = to_reduction_matrix(array, layout)
-    out_channels = array.shape[0]
-    return matrix.reshape(-1, out_channels, matrix.shape[1])
+    taps = int(np.prod(array.shape[2:], dtype=np.int64)) if layout == "channels" else 1
+    return matrix.reshape(taps, array.shape[0], matrix.shape[1])
 
 
 def _from_blocks(blocks: NDArray, shape: tuple[int, ...], layout: Layout) -> NDArray:
-    return from_reduction_matrix(blocks.reshape(-1, blocks.shape[2]), shape, layout)
+    taps, out_channels, width = blocks.shape
+    return from_reduction_matrix(blocks.reshape(taps * out_channels, width), shape, layout)
 
 
 def _check_permutation(permutation: ArrayLike, size: int, name: str = "permutation") -> NDArray:
@@ -447,7 +448,8 @@ def permutation_score(
 
 def _channel_rows(survivors: NDArray[np.uint8]) -> NDArray[np.uint8]:
     """``(taps, out, reduction)`` -> ``(out, taps * reduction)``: one row per output channel."""
-    return np.ascontiguousarray(np.moveaxis(survivors, 1, 0)).reshape(survivors.shape[1], -1)
+    taps, out_channels, width = survivors.shape
+    return np.ascontiguousarray(np.moveaxis(survivors, 1, 0)).reshape(out_channels, taps * width)
 
 
 def score_permutations(

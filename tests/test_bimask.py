@@ -620,3 +620,18 @@ def test_greedy_beats_random_search_on_gaussian_weights():
     assert greedy.score > random_search.score
     with pytest.raises(ValueError, match="window"):
         bimask.greedy_permutation(weight, 2, 4, window=0, rng=1)
+
+
+@pytest.mark.parametrize("shape", [(0, 8), (8, 0), (0, 0), (0, 4, 3, 3)])
+def test_zero_size_weights(shape):
+    weight = np.zeros(shape)
+    identity = np.arange(shape[0])
+    forward = bimask.forward_mask(weight, 2, 4)
+    backward = bimask.backward_mask(weight, forward, identity, 2, 4)
+    assert forward.shape == backward.shape == shape
+    for criterion in ("kept", "eligible"):
+        assert bimask.permutation_score(forward, identity, 2, 4, criterion=criterion) == 0
+    search = bimask.search_permutation(weight, 2, 4, candidates=3, rng=0)
+    np.testing.assert_array_equal(search.candidate_scores, [0, 0, 0])
+    assert search.best_index == 0
+    assert bimask.greedy_permutation(weight, 2, 4, rng=0).score == 0
