@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from nmref.divergence import (
+    flip_rate,
+    mask_flips,
+    mask_transitions,
+    sparse_architecture_divergence,
+)
 from nmref.layouts import (
     LAYOUTS,
     default_layout,
@@ -26,6 +32,7 @@ from nmref.masks import (
     to_magnitudes,
 )
 from nmref.patterns import Pattern, check_pattern, parse_pattern
+from nmref.srste import sgd_step, srste_gradient, srste_step, srste_train
 
 try:
     __version__ = version("nm-sparsity-ref")
@@ -38,13 +45,21 @@ __all__ = [
     "__version__",
     "check_pattern",
     "default_layout",
+    "flip_rate",
     "from_reduction_matrix",
     "is_nm",
     "magnitude_mask",
+    "mask_flips",
+    "mask_transitions",
     "nm_mask",
     "nm_mask_reference",
     "nm_violations",
     "parse_pattern",
+    "sgd_step",
+    "sparse_architecture_divergence",
+    "srste_gradient",
+    "srste_step",
+    "srste_train",
     "to_magnitudes",
     "to_reduction_matrix",
     "to_reduction_shape",

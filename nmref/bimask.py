@@ -28,9 +28,9 @@ References
 ----------
 .. [1] Zhang, Luo, Lin, Zhong, Xie, Chao, Ji, "Bi-directional Masks for
    Efficient N:M Sparse Training", ICML 2023 (arXiv 2302.06058), abstract and
-   Sec. 3 (bi-directional masks; permutation). Code: ``zyxxmu/Bi-Mask``,
-   ``CnnModels/utils/conv_type.py`` and ``DeiT/timm/models/vision_transformer.py``
-   at commit e63cd37.
+   Sec. 3, the method (section numbering not verified: ``specs/bimask.md``).
+   Code: ``zyxxmu/Bi-Mask`` at commit e63cd37, ``CnnModels/utils/conv_type.py``
+   and ``DeiT/timm/models/vision_transformer.py``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Definitions (``specs/srste.md``, section "SAD"):
   kept/pruned state differs between masks ``a`` and ``b``.
 * ``flip_rate(a, b)`` -- ``mask_flips(a, b) / a.size``.
 * SAD between training points ``t1`` and ``t2`` -- ``mask_flips(E_t1, E_t2)``,
-  the number of weights whose state changed (Zhou et al., ICLR 2021, Sec. 4,
+  the number of weights whose state changed (Zhou et al., ICLR 2021,
   which introduces SAD to measure how much the sparse topology changes; the
   exact equation of the paper was not available to us). Normalised by the
   mask size it is the per-update SAD that Google's ``praxis`` library

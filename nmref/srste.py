@@ -20,7 +20,8 @@ listed there. This module is pure NumPy.
 References
 ----------
 .. [1] Zhou et al., "Learning N:M Fine-grained Structured Sparse Neural Networks
-   From Scratch", ICLR 2021, Sec. 4 (STE and SR-STE, Fig. 2). Code:
+   From Scratch", ICLR 2021: Fig. 2 and the SR-STE section (section numbers
+   not verified, see ``specs/srste.md``). Code:
    ``NM-sparsity/NM-sparsity`` ``devkit/sparse_ops/sparse_ops.py`` (commit 3cebd6b).
 """
 
@@ -150,7 +151,7 @@ def srste_gradient(
 
     Notes
     -----
-    Complexity O(size). References: Zhou et al. 2021, Sec. 4 (Eq. of SR-STE).
+    Complexity O(size). References: Zhou et al. 2021, Fig. 2b and the SR-STE equation.
 
     Examples
     --------
