@@ -635,3 +635,47 @@ def test_zero_size_weights(shape):
     np.testing.assert_array_equal(search.candidate_scores, [0, 0, 0])
     assert search.best_index == 0
     assert bimask.greedy_permutation(weight, 2, 4, rng=0).score == 0
+
+
+# ----------------------------------------------------------------------------
+# The checkers have power: deliberately wrong implementations must fail them
+# ----------------------------------------------------------------------------
+
+
+def test_contract_rejects_a_backward_mask_left_in_permuted_order(monkeypatch):
+    real = bimask.backward_mask
+
+    def not_unpermuted(weight, forward, permutation, n, m, **kwargs):
+        return real(weight, forward, permutation, n, m, **kwargs)[permutation]
+
+    monkeypatch.setattr(bimask, "backward_mask", not_unpermuted)
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((8, 8))
+    with pytest.raises(AssertionError):
+        assert_backward_contract(weight, 2, 4, rng.permutation(8), "linear")
+
+
+def test_contract_rejects_a_backward_mask_ranked_by_unmasked_magnitude(monkeypatch):
+    """Ranking |W| instead of the survivors lets pruned weights take slots."""
+
+    def ranks_unmasked(weight, forward, permutation, n, m, **kwargs):
+        chosen = bimask.nm_mask(np.abs(weight)[permutation], n, m, axis=0)
+        return chosen[np.argsort(permutation)] & forward
+
+    monkeypatch.setattr(bimask, "backward_mask", ranks_unmasked)
+    rng = np.random.default_rng(1)
+    weight = rng.standard_normal((8, 8))
+    with pytest.raises(AssertionError):
+        assert_backward_contract(weight, 2, 4, rng.permutation(8), "linear")
+
+
+def test_brute_force_rejects_an_off_by_one_eligible_criterion():
+    rng = np.random.default_rng(2)
+    weight = rng.standard_normal((6, 4))
+    forward = bimask.forward_mask(weight, 1, 2)
+    wrong, right = [], []
+    for permutation in itertools.permutations(range(6)):
+        counts = backward_block_counts(forward, np.array(permutation), 2, "linear")
+        wrong.append(int((counts < 1).sum()))
+        right.append(bimask.permutation_score(forward, permutation, 1, 2, criterion="eligible"))
+    assert wrong != right
