@@ -26,12 +26,13 @@ PATTERNS = [(1, 2), (2, 4), (1, 4), (3, 4), (2, 8), (4, 8), (0, 4), (4, 4), (1, 
 
 @st.composite
 def bimask_cases(draw, max_blocks: int = 4, conv: bool = False):
-    """(weight, n, m, permutation, layout); ties are frequent (small integer values)."""
+    """(weight, n, m, permutation, layout): Gaussian, tie-heavy or +-inf/+-0 values, float16-64."""
     n, m = draw(st.sampled_from(PATTERNS))
     out = m * draw(st.integers(1, max_blocks))
     groups = draw(st.integers(1, 3))
     seed = draw(st.integers(0, 2**32 - 1))
-    tie_heavy = draw(st.booleans())
+    values = draw(st.sampled_from(["gauss", "ties", "special"]))
+    dtype = draw(st.sampled_from([np.float16, np.float32, np.float64]))
     rng = np.random.default_rng(seed)
     if conv:
         layout = draw(st.sampled_from(["channels", "flat"]))
@@ -41,10 +42,13 @@ def bimask_cases(draw, max_blocks: int = 4, conv: bool = False):
     else:
         layout = "linear"
         shape = (out, m * groups)
-    if tie_heavy:
-        weight = rng.integers(-2, 3, size=shape).astype(np.float64)
+    if values == "ties":
+        weight = rng.integers(-2, 3, size=shape).astype(dtype)
+    elif values == "special":
+        # Infinities rank largest; -0.0 equals 0.0 (conventions).
+        weight = rng.choice([-np.inf, -1.0, -0.0, 0.0, 1.0, np.inf], size=shape).astype(dtype)
     else:
-        weight = rng.standard_normal(shape)
+        weight = rng.standard_normal(shape).astype(dtype)
     permutation = rng.permutation(out)
     return weight, n, m, permutation, layout
 
@@ -482,7 +486,7 @@ def test_linear_gemms_contract(case, batch, decay):
     rng = np.random.default_rng(batch)
     # Small integers: every product and sum is exact in float64, so the
     # permuted evaluation order of dX must give the same bits.
-    weight = np.round(weight * 2)
+    weight = np.nan_to_num(np.round(weight.astype(np.float64) * 2), posinf=3.0, neginf=-3.0)
     x = rng.integers(-3, 4, size=(batch, weight.shape[1])).astype(np.float64)
     dy = rng.integers(-3, 4, size=(batch, weight.shape[0])).astype(np.float64)
     gemms = bimask.bimask_linear_gemms(x, weight, dy, permutation, n, m, decay=decay)
@@ -492,7 +496,9 @@ def test_linear_gemms_contract(case, batch, decay):
     np.testing.assert_array_equal(
         gemms.grad_input, dy[:, permutation] @ (weight * backward)[permutation, :]
     )
-    np.testing.assert_array_equal(gemms.grad_weight, dy.T @ x + decay * (~forward) * weight)
+    np.testing.assert_array_equal(
+        gemms.grad_weight, dy.T @ x + np.where(forward, 0.0, decay * weight)
+    )
     # The forward pass does not depend on the permutation.
     other = bimask.bimask_linear_gemms(x, weight, dy, np.arange(weight.shape[0]), n, m)
     np.testing.assert_array_equal(other.output, gemms.output)
