@@ -189,3 +189,19 @@ def test_srste_lowers_sad_relative_to_ste_on_a_toy_regression(seed):
         _, masks = srste.srste_train(start, grad_fn, 2, 4, 150, lr=0.05, decay=decay, momentum=0.9)
         totals[decay] = divergence.sparse_architecture_divergence(masks).sum()
     assert totals[0.2] < 0.9 * totals[0.0]
+
+
+def test_golden_trajectory():
+    """Pinned inputs and outputs (specs/golden/make_srste_golden.py)."""
+    from pathlib import Path
+
+    data = np.load(Path(__file__).resolve().parents[1] / "specs" / "golden" / "srste_golden.npz")
+    settings = {"lr": 0.1, "decay": 0.05, "momentum": 0.9, "weight_decay": 5e-5}
+    for name in ("float32", "float64"):
+        target = data[f"{name}/target"]
+        final, masks = srste.srste_train(
+            data[f"{name}/weight"], lambda sparse, t=target: sparse - t, 2, 4, 3, **settings
+        )
+        assert final.dtype == np.dtype(name)
+        np.testing.assert_array_equal(final, data[f"{name}/final"])
+        np.testing.assert_array_equal(np.stack(masks), data[f"{name}/masks"])
