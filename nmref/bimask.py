@@ -151,6 +151,8 @@ def _from_blocks(blocks: NDArray, shape: tuple[int, ...], layout: Layout) -> NDA
 
 def _check_permutation(permutation: ArrayLike, size: int, name: str = "permutation") -> NDArray:
     array = np.asarray(permutation)
+    if size == 0 and array.shape == (0,):
+        return np.zeros(0, dtype=np.intp)  # np.asarray([]) is float64
     if array.dtype.kind not in "iu":
         raise TypeError(f"{name} must be an integer array, got dtype={array.dtype}")
     if array.shape != (size,):
@@ -570,7 +572,7 @@ def search_permutation(
     candidates: int | ArrayLike = 100,
     criterion: Criterion = "kept",
     include_identity: bool = False,
-    rng: np.random.Generator | int,
+    rng: np.random.Generator | int | None = None,
     layout: Layout | None = None,
     straddle: bool = False,
 ) -> PermutationSearch:
@@ -597,6 +599,7 @@ def search_permutation(
         The code never evaluates the identity (``False``).
     rng : numpy.random.Generator or int
         Source of the candidates; an int is a seed for ``default_rng``.
+        Required when ``candidates`` is an int (there is no hidden global seed).
     layout, straddle
         As :func:`backward_mask`.
 
