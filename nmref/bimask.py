@@ -52,12 +52,14 @@ __all__ = [
     "BIMASK_PAPER_RUN",
     "BiMaskGemms",
     "BiMaskSettings",
+    "GradientGap",
     "GreedyPermutation",
     "LocalSearchResult",
     "PermutationSearch",
     "backward_mask",
     "bimask_linear_gemms",
     "forward_mask",
+    "gradient_gap",
     "greedy_permutation",
     "is_search_step",
     "local_search_permutation",
@@ -358,6 +360,91 @@ def backward_mask(
     kept = np.empty_like(kept_permuted)
     kept[:, order, :] = kept_permuted
     return _from_blocks(kept, array.shape, resolved)
+
+
+@dataclass(frozen=True)
+class GradientGap:
+    """Result of :func:`gradient_gap`.
+
+    Attributes
+    ----------
+    dropped : int
+        ``|F| - |B|``: forward survivors the backward mask drops.
+    frobenius : float
+        ``||W * (F - B)||_F`` (float64).
+    relative : float
+        ``frobenius / ||W * F||_F`` (0.0 when ``W * F`` is zero).
+    """
+
+    dropped: int
+    frobenius: float
+    relative: float
+
+
+def gradient_gap(
+    weight: ArrayLike, forward_mask: ArrayLike, backward_mask: ArrayLike
+) -> GradientGap:
+    r"""Size of the gap between uni- and bi-directional input gradients.
+
+    With the forward-masked weights reused in the backward pass (uni-directional,
+    SR-STE) the input gradient is ``dY (W*F)``; Bi-Mask computes ``dY (W*B)``.
+    Their difference is ``dY (W * (F - B))``, so for every ``dY``
+
+    .. math:: \|dX_{uni} - dX_{bi}\|_F \le \|dY\|_F \, \|W \odot (F - B)\|_F .
+
+    Maximising the ``"kept"`` score minimises ``dropped``; the ``"eligible"``
+    score maximises the number of blocks with no gap. The paper's own formal
+    definition of the gap was not available (``specs/bimask.md``, section 6);
+    this is the quantity both criteria act on.
+
+    Parameters
+    ----------
+    weight : array_like of float
+    forward_mask, backward_mask : array_like of bool or 0/1, same shape
+        ``backward_mask`` must be a subset of ``forward_mask``.
+
+    Returns
+    -------
+    GradientGap
+
+    Raises
+    ------
+    ValueError
+        If shapes differ, a mask is not 0/1, ``B`` is not a subset of ``F``, or ``W`` holds NaN.
+
+    Notes
+    -----
+    Complexity O(size).
+
+    Examples
+    --------
+    >>> gap = gradient_gap(np.array([[3.0, 4.0]]), [[1, 1]], [[0, 0]])
+    >>> gap.dropped, gap.frobenius, gap.relative
+    (2, 5.0, 1.0)
+    """
+    array = np.asarray(weight)
+    if array.dtype.kind != "f" or array.dtype.itemsize > 8:
+        raise TypeError(f"weight must be a float16/32/64 array, got dtype={array.dtype}")
+    if np.isnan(array).any():
+        raise ValueError("weight contains NaN")
+    forward = as_binary_mask(forward_mask, array.shape, "forward_mask")
+    backward = as_binary_mask(backward_mask, array.shape, "backward_mask")
+    outside = backward & ~forward
+    if outside.any():
+        index = tuple(int(i) for i in np.argwhere(outside)[0])
+        raise ValueError(
+            f"backward_mask must be a subset of forward_mask; it keeps index {index}, "
+            "which forward_mask prunes"
+        )
+    values = array.astype(np.float64)
+    dropped = forward & ~backward
+    frobenius = float(np.linalg.norm(values[dropped]))
+    total = float(np.linalg.norm(values[forward]))
+    return GradientGap(
+        dropped=int(np.count_nonzero(dropped)),
+        frobenius=frobenius,
+        relative=frobenius / total if total > 0 else 0.0,
+    )
 
 
 # ----------------------------------------------------------------------------

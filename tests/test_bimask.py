@@ -708,3 +708,26 @@ def test_greedy_and_local_search_beat_random_search_on_real_minilm_weights():
             weight, 2, 4, criterion=criterion, start=greedy.permutation, rng=0
         )
         assert random_search.score < greedy.score <= local.score
+
+
+@given(bimask_cases(), st.integers(1, 4))
+def test_gradient_gap_bounds_the_input_gradient_difference(case, batch):
+    weight, n, m, permutation, _ = case
+    weight = np.nan_to_num(weight.astype(np.float64), posinf=4.0, neginf=-4.0)
+    forward = bimask.forward_mask(weight, n, m)
+    backward = bimask.backward_mask(weight, forward, permutation, n, m)
+    gap = bimask.gradient_gap(weight, forward, backward)
+    assert gap.dropped == forward.sum() - backward.sum()
+    assert gap.dropped == forward.sum() - bimask.permutation_score(forward, permutation, n, m)
+    assert 0.0 <= gap.relative <= 1.0
+    grad_output = np.random.default_rng(batch).standard_normal((batch, weight.shape[0]))
+    difference = grad_output @ np.where(forward, weight, 0) - grad_output @ np.where(
+        backward, weight, 0
+    )
+    bound = np.linalg.norm(grad_output) * gap.frobenius
+    assert np.linalg.norm(difference) <= bound * (1 + 1e-12) + 1e-12
+
+
+def test_gradient_gap_rejects_a_backward_mask_outside_the_forward_mask():
+    with pytest.raises(ValueError, match="subset of forward_mask"):
+        bimask.gradient_gap(np.ones((1, 2)), [[1, 0]], [[0, 1]])

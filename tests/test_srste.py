@@ -205,3 +205,36 @@ def test_golden_trajectory():
         assert final.dtype == np.dtype(name)
         np.testing.assert_array_equal(final, data[f"{name}/final"])
         np.testing.assert_array_equal(np.stack(masks), data[f"{name}/masks"])
+
+
+# ----------------------------------------------------------------------------
+# The layouts reproduce the released code's two conv groupings (tie-free inputs)
+# ----------------------------------------------------------------------------
+
+
+def _keep_largest_rows(groups: np.ndarray, n: int) -> np.ndarray:
+    """Drop the m - n smallest |w| of every row (stable, as the code's argsort on CPU)."""
+    dropped = np.argsort(np.abs(groups), axis=1, kind="stable")[:, : groups.shape[1] - n]
+    mask = np.ones(groups.shape, dtype=bool)
+    np.put_along_axis(mask, dropped, False, axis=1)
+    return mask
+
+
+@pytest.mark.parametrize("shape", [(8, 8, 3, 3), (4, 12, 1, 1), (6, 4, 2, 3)])
+def test_channels_layout_is_the_codes_sparse_nhwc_grouping(shape):
+    rng = np.random.default_rng(3)
+    weight = (rng.permutation(int(np.prod(shape))) + 1.0).reshape(shape)
+    # Sparse_NHWC: [O, C, kh, kw] -> [O, kh, kw, C], groups of M consecutive entries.
+    nhwc = weight.transpose(0, 2, 3, 1)
+    mask = _keep_largest_rows(nhwc.reshape(-1, 4), 2).reshape(nhwc.shape).transpose(0, 3, 1, 2)
+    np.testing.assert_array_equal(magnitude_mask(weight, 2, 4, layout="channels"), mask)
+
+
+@pytest.mark.parametrize("shape", [(8, 8, 3, 3), (4, 4, 1, 1), (16, 12)])
+def test_flat_layout_is_the_codes_original_sparse_grouping(shape):
+    rng = np.random.default_rng(4)
+    weight = (rng.permutation(int(np.prod(shape))) + 1.0).reshape(shape)
+    # Original Sparse: the row-major flattened weight in groups of M.
+    mask = _keep_largest_rows(weight.reshape(-1, 4), 2).reshape(shape)
+    layout = "linear" if len(shape) == 2 else "flat"
+    np.testing.assert_array_equal(magnitude_mask(weight, 2, 4, layout=layout), mask)
