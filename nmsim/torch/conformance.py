@@ -12,6 +12,8 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
+
 from nmref.testing import (
     Report,
     check_magnitude_mask,
@@ -120,3 +122,111 @@ for _method in ("ste", "srste"):
             functools.partial(_training, _method),
         )
     )
+
+
+def _bimask_backward(layout: str, dtype: str, device: str, quick: bool) -> Report:
+    from nmref.testing.bimask import check_bimask_backward_mask
+
+    from . import bimask
+    from .adapters import torch_dtype
+
+    def impl(w, forward, permutation, n, m):
+        weight = torch.from_numpy(w).to(device=device, dtype=torch_dtype(dtype))
+        mask = bimask.backward_mask(
+            weight,
+            torch.from_numpy(forward).to(device),
+            torch.from_numpy(permutation).to(device),
+            n,
+            m,
+            layout=layout,
+        )
+        return mask.cpu().numpy()
+
+    return check_bimask_backward_mask(
+        impl, dtype=dtype, layout=layout, quick=quick, raise_on_failure=False
+    )
+
+
+def _bimask_scores(layout: str, dtype: str, device: str, quick: bool) -> Report:
+    from nmref.testing.bimask import check_permutation_scores
+
+    from . import bimask
+
+    report = Report(f"bimask permutation scores[{layout}]")
+    for criterion in ("kept", "eligible"):
+
+        def impl(forward, permutations, n, m, criterion):
+            scores = bimask.score_permutations(
+                torch.from_numpy(forward).to(device),
+                torch.from_numpy(permutations).to(device),
+                n,
+                m,
+                criterion=criterion,
+                layout=layout,
+            )
+            return scores.cpu().numpy()
+
+        report.extend(
+            check_permutation_scores(
+                impl, criterion=criterion, layout=layout, quick=quick, raise_on_failure=False
+            )
+        )
+    return report
+
+
+def _bimask_training(dtype: str, device: str, quick: bool) -> Report:
+    from nmref.testing.bimask import check_bimask_training
+
+    from .training import SparseConv2d, SparseLinear
+
+    def impl(x, w, dy, permutation, n, m, conv=False):
+        weight = torch.from_numpy(w).to(device)
+        inputs = torch.from_numpy(x).to(device).requires_grad_(True)
+        options = {"pattern": (n, m), "method": "bimask", "decay": 0.25, "dtype": weight.dtype}
+        if conv:
+            module = SparseConv2d(w.shape[1], w.shape[0], 1, bias=False, **options).to(device)
+            with torch.no_grad():
+                module.weight.copy_(weight[:, :, None, None])
+        else:
+            module = SparseLinear(w.shape[1], w.shape[0], bias=False, **options).to(device)
+            with torch.no_grad():
+                module.weight.copy_(weight)
+        module.permutation.copy_(torch.from_numpy(permutation))
+        y = module(inputs[:, :, None, None])[:, :, 0, 0] if conv else module(inputs)
+        y.backward(torch.from_numpy(dy).to(device))
+        grad_w = module.weight.grad.reshape(w.shape)
+        return y.detach().cpu().numpy(), inputs.grad.cpu().numpy(), grad_w.cpu().numpy()
+
+    report = check_bimask_training(impl, dtype=dtype, raise_on_failure=False)
+    report.extend(
+        check_bimask_training(
+            functools.partial(impl, conv=True), dtype=dtype, raise_on_failure=False
+        )
+    )
+    return report
+
+
+def _register_bimask() -> None:
+    try:
+        import nmref.bimask  # noqa: F401
+    except ImportError:  # Bi-Mask not in this build of nmref
+        return
+    for layout in ("linear", "channels"):
+        register(
+            Suite(
+                f"bimask backward_mask[{layout}]",
+                FLOAT_DTYPES,
+                functools.partial(_bimask_backward, layout),
+            )
+        )
+    register(
+        Suite(
+            "bimask permutation scores",
+            ("-",),
+            lambda dtype, device, quick: _bimask_scores("linear", dtype, device, quick),
+        )
+    )
+    register(Suite("bimask training step", ("float32", "float64"), _bimask_training))
+
+
+_register_bimask()

@@ -17,8 +17,11 @@ gradient is exactly ``grad`` on kept positions and ``grad + dtype(λ) · w`` on
 pruned ones, as :func:`nmref.srste.srste_gradient` (one rounding for the
 product and one for the sum).
 
-Other methods (``"transposable"``, ``"bimask"``, ``"bame"``) plug into
-:data:`METHODS` when their nmref module is present.
+``method="bimask"`` (Zhang et al. 2023; ``specs/bimask.md`` §6): ``Y`` with
+``F``, ``dX`` with the backward mask ``B`` of the layer's row permutation
+(``update_permutation``), ``dW`` dense plus SR-STE on ``1 − F``. Methods from
+other nmref modules (``"transposable"``, ``"bame"``) plug into :data:`METHODS`
+when their module is present.
 """
 
 from __future__ import annotations
@@ -37,8 +40,11 @@ from nmref.patterns import Pattern, parse_pattern
 from .masks import magnitude_mask
 
 __all__ = [
+    "LAYER_METHODS",
     "METHODS",
     "SRSTE_DEFAULT_DECAY",
+    "BiMaskConv2dFunction",
+    "BiMaskLinearFunction",
     "MaskedWeight",
     "SparseConv2d",
     "SparseLinear",
@@ -88,6 +94,78 @@ class MaskedWeight(torch.autograd.Function):
         return srste_gradient(grad_sparse, weight, mask, ctx.decay), None, None, None, None
 
 
+class BiMaskLinearFunction(torch.autograd.Function):
+    """Bi-Mask Linear: ``Y = X (W ⊙ F)^T + b``, ``dX = dY (W ⊙ B)``, ``dW = dY^T X + λ(1−F) ⊙ W``.
+
+    ``F`` is the forward magnitude mask, ``B`` the backward mask of
+    :func:`nmsim.torch.bimask.backward_mask` for ``permutation`` (Zhang et al.
+    2023, Sec. 3; ``specs/bimask.md`` §6). ``dW`` is dense (STE) plus SR-STE.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, permutation, n, m, decay, rank):  # type: ignore[override]
+        from .bimask import backward_mask
+
+        forward = magnitude_mask(weight.detach(), n, m, layout="linear")
+        backward = backward_mask(
+            weight.detach(), forward, permutation, n, m, layout="linear", rank=rank
+        )
+        ctx.save_for_backward(x, weight, forward, backward)
+        ctx.decay, ctx.has_bias = decay, bias is not None
+        return F.linear(x, torch.where(forward, weight, torch.zeros_like(weight)), bias)
+
+    @staticmethod
+    def backward(ctx, grad_output):  # type: ignore[override]
+        x, weight, forward, backward = ctx.saved_tensors
+        zero = torch.zeros_like(weight)
+        grad_input = grad_output @ torch.where(backward, weight, zero)
+        flat_grad = grad_output.reshape(-1, weight.shape[0])
+        grad_sparse = flat_grad.T @ x.reshape(-1, weight.shape[1])
+        grad_weight = srste_gradient(grad_sparse, weight, forward, ctx.decay)
+        grad_bias = flat_grad.sum(0) if ctx.has_bias else None
+        return grad_input, grad_weight, grad_bias, None, None, None, None, None
+
+
+class BiMaskConv2dFunction(torch.autograd.Function):
+    """Bi-Mask convolution: forward with ``W ⊙ F``, input gradient with ``W ⊙ B``, dense
+    SR-STE weight gradient; masks grouped by ``layout`` (``specs/bimask.md`` §1, D5)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, permutation, n, m, decay, rank, layout, conv):  # type: ignore[override]
+        from .bimask import backward_mask
+
+        forward = magnitude_mask(weight.detach(), n, m, layout=layout)
+        backward = backward_mask(
+            weight.detach(), forward, permutation, n, m, layout=layout, rank=rank
+        )
+        ctx.save_for_backward(x, weight, forward, backward)
+        ctx.decay, ctx.has_bias, ctx.conv = decay, bias is not None, conv
+        stride, padding, dilation, groups = conv
+        sparse = torch.where(forward, weight, torch.zeros_like(weight))
+        return F.conv2d(x, sparse, bias, stride, padding, dilation, groups)
+
+    @staticmethod
+    def backward(ctx, grad_output):  # type: ignore[override]
+        x, weight, forward, backward = ctx.saved_tensors
+        stride, padding, dilation, groups = ctx.conv
+        zero = torch.zeros_like(weight)
+        grad_input = torch.nn.grad.conv2d_input(
+            x.shape,
+            torch.where(backward, weight, zero),
+            grad_output,
+            stride,
+            padding,
+            dilation,
+            groups,
+        )
+        grad_sparse = torch.nn.grad.conv2d_weight(
+            x, weight.shape, grad_output, stride, padding, dilation, groups
+        )
+        grad_weight = srste_gradient(grad_sparse, weight, forward, ctx.decay)
+        grad_bias = grad_output.sum((0, 2, 3)) if ctx.has_bias else None
+        return grad_input, grad_weight, grad_bias, None, None, None, None, None, None, None
+
+
 def _ste(weight: torch.Tensor, pattern: Pattern, layout: Layout | None, decay: float):
     return MaskedWeight.apply(weight, pattern.n, pattern.m, layout, 0.0)
 
@@ -104,9 +182,14 @@ METHODS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
 }
 
 
-def _check_method(method: str) -> None:
-    if method not in METHODS:
-        raise ValueError(f"method={method!r} must be one of {tuple(METHODS)}")
+# Methods whose GEMMs need more than one sparse weight: implemented by the layers.
+LAYER_METHODS: tuple[str, ...] = ("bimask",)
+
+
+def _check_method(method: str, *, layer: bool = False) -> None:
+    allowed = (*METHODS, *LAYER_METHODS) if layer else tuple(METHODS)
+    if method not in allowed:
+        raise ValueError(f"method={method!r} must be one of {allowed}")
 
 
 def sparse_weight(
@@ -157,7 +240,7 @@ class _SparseMixin:
     def _init_sparse(
         self, pattern: str | Pattern | tuple[int, int], method: str, layout, decay: float
     ) -> None:
-        _check_method(method)
+        _check_method(method, layer=True)
         _check_decay(decay)
         self.pattern = parse_pattern(pattern)
         self.method = method
@@ -169,17 +252,69 @@ class _SparseMixin:
                 f"reduction length {length} of weight {tuple(self.weight.shape)} "
                 f"(layout={layout!r}) must be a multiple of m={self.pattern.m}"
             )
+        if method == "bimask":
+            out_channels = self.weight.shape[0]
+            if out_channels % self.pattern.m:
+                raise ValueError(
+                    f"method='bimask' groups m={self.pattern.m} output channels in the backward "
+                    f"mask; out={out_channels} must be a multiple of m"
+                )
+            self.register_buffer(
+                "permutation", torch.arange(out_channels, device=self.weight.device)
+            )
+            self.rank = "survivors"
 
     def sparse_weight(self) -> torch.Tensor:
         """``E ⊙ W`` for the current dense weight (differentiable by the method's rule)."""
+        if self.method in LAYER_METHODS:
+            raise ValueError(f"method={self.method!r} has no single sparse weight")
         sparse, _ = METHODS[self.method](self.weight, self.pattern, self.layout, self.decay)
         return sparse
 
     @torch.no_grad()
     def mask(self) -> torch.Tensor:
         """The current forward mask ``E`` (bool, shape of the weight)."""
-        _, mask = METHODS[self.method](self.weight, self.pattern, self.layout, self.decay)
-        return mask
+        return magnitude_mask(self.weight, self.pattern.n, self.pattern.m, layout=self.layout)
+
+    @torch.no_grad()
+    def backward_mask(self) -> torch.Tensor:
+        """The mask of the input-gradient GEMM: ``E`` for STE/SR-STE, Bi-Mask's ``B``."""
+        forward = self.mask()
+        if self.method != "bimask":
+            return forward
+        from .bimask import backward_mask
+
+        n, m = self.pattern
+        return backward_mask(
+            self.weight, forward, self.permutation, n, m, layout=self.layout, rank=self.rank
+        )
+
+    @torch.no_grad()
+    def update_permutation(
+        self, rng, candidates: int = 100, criterion: str = "kept", include_identity: bool = False
+    ):
+        """Bi-Mask: search a new row permutation (best of ``candidates`` random ones) and keep it.
+
+        Call it every ``T`` steps (``nmref.bimask.is_search_step``). Returns the
+        :class:`nmref.bimask.PermutationSearch`.
+        """
+        if self.method != "bimask":
+            raise ValueError(f"update_permutation needs method='bimask', not {self.method!r}")
+        from .bimask import search_permutation
+
+        n, m = self.pattern
+        result = search_permutation(
+            self.weight,
+            n,
+            m,
+            candidates=candidates,
+            criterion=criterion,
+            include_identity=include_identity,
+            rng=rng,
+            layout=self.layout,
+        )
+        self.permutation.copy_(torch.from_numpy(result.permutation))
+        return result
 
     def extra_repr(self) -> str:
         base = super().extra_repr()  # type: ignore[misc]
@@ -218,6 +353,11 @@ class SparseLinear(_SparseMixin, nn.Linear):
         self._init_sparse(pattern, method, "linear", decay)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.method == "bimask":
+            n, m = self.pattern
+            return BiMaskLinearFunction.apply(
+                x, self.weight, self.bias, self.permutation, n, m, self.decay, self.rank
+            )
         return F.linear(x, self.sparse_weight(), self.bias)
 
     @classmethod
@@ -282,6 +422,23 @@ class SparseConv2d(_SparseMixin, nn.Conv2d):
         self._init_sparse(pattern, method, layout, decay)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.method == "bimask":
+            if self.padding_mode != "zeros" or isinstance(self.padding, str):
+                raise ValueError("method='bimask' needs padding_mode='zeros' and numeric padding")
+            n, m = self.pattern
+            conv = (self.stride, self.padding, self.dilation, self.groups)
+            return BiMaskConv2dFunction.apply(
+                x,
+                self.weight,
+                self.bias,
+                self.permutation,
+                n,
+                m,
+                self.decay,
+                self.rank,
+                self.layout,
+                conv,
+            )
         return self._conv_forward(x, self.sparse_weight(), self.bias)
 
     @classmethod
@@ -341,7 +498,7 @@ def sparsify(
         that is not a multiple of ``m``, as NVIDIA ASP skips such layers,
         rather than letting groups straddle rows).
     """
-    _check_method(method)
+    _check_method(method, layer=True)
     parsed = parse_pattern(pattern)
 
     def matches(rule, name: str, module: nn.Module) -> bool:
@@ -364,6 +521,11 @@ def sparsify(
         _, length = to_reduction_shape(tuple(module.weight.shape), layout)
         if length % parsed.m:
             skipped.append((name, f"reduction length {length} is not a multiple of m={parsed.m}"))
+            continue
+        if method == "bimask" and module.weight.shape[0] % parsed.m:
+            skipped.append(
+                (name, f"{module.weight.shape[0]} output channels: not a multiple of m={parsed.m}")
+            )
             continue
         options = {"pattern": parsed, "method": method, "decay": decay}
         if isinstance(module, nn.Linear):

@@ -206,3 +206,28 @@ TRAINING_MUTANTS = {
     "decay_on_kept_weights_too": decay_on_kept_weights_too,
     "decay_once_per_sample": decay_once_per_sample,
 }
+
+
+# --- Bi-Mask backward masks: impl(w, forward_mask, permutation, n, m) -> B --------------------
+
+
+def bimask_backward_ignores_forward_mask(w, forward, permutation, n, m):
+    """Ranks |W| down each permuted column but forgets to intersect with F: B ⊄ F."""
+    permuted = np.abs(np.asarray(w, dtype=np.float64))[permutation]
+    chosen = nmref.nm_mask(permuted, n, m, axis=0)
+    kept = np.empty_like(chosen)
+    kept[permutation] = chosen
+    return kept
+
+
+def bimask_backward_unpermuted(w, forward, permutation, n, m):
+    """Groups the original (unpermuted) output rows: the permutation is ignored."""
+    from nmref.bimask import backward_mask
+
+    return backward_mask(w, forward, np.arange(len(permutation)), n, m)
+
+
+BIMASK_MUTANTS = {
+    "bimask_backward_ignores_forward_mask": bimask_backward_ignores_forward_mask,
+    "bimask_backward_unpermuted": bimask_backward_unpermuted,
+}

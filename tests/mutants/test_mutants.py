@@ -87,3 +87,20 @@ def test_a_correct_numpy_training_step_passes():
 def test_the_backward_mask_mutant_report_names_the_contract():
     with pytest.raises(ConformanceError, match="forward mask E"):
         check_sparse_training(mutants.backward_mask_not_a_subset, decay=mutants.DECAY)
+
+
+@pytest.mark.parametrize("name", sorted(mutants.BIMASK_MUTANTS))
+def test_bimask_mutant_is_rejected(name):
+    from nmref.testing.bimask import check_bimask_backward_mask
+
+    report = check_bimask_backward_mask(
+        mutants.BIMASK_MUTANTS[name], layout="linear", raise_on_failure=False
+    )
+    assert not report.ok, f"{name} passed the kit: {report.summary()}"
+
+
+def test_the_bimask_subset_mutant_report_names_the_subset_rule():
+    from nmref.testing.bimask import check_bimask_backward_mask
+
+    with pytest.raises(ConformanceError, match="B must be a subset of F"):
+        check_bimask_backward_mask(mutants.bimask_backward_ignores_forward_mask, layout="linear")
