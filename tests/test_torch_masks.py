@@ -60,7 +60,21 @@ def test_bfloat16_is_ranked_on_its_exact_float32_upcast():
     np.testing.assert_array_equal(got, nmref.magnitude_mask(weights.float().numpy(), 2, 4))
 
 
+@pytest.mark.parametrize("path", ["counting", "sorting"])
+@given(case=nm_cases(dtypes=(*ALL_DTYPES, "bool"), kinds=("tie_heavy", "zeros", "infinities")))
+def test_both_ranking_paths_equal_nmref(path, case):
+    """The counting path (used on accelerators) and the sort path (CPU) are both exact."""
+    original = torch_masks._use_counting
+    torch_masks._use_counting = lambda groups: path == "counting"
+    try:
+        check_nm_mask(_adapter(nt.nm_mask, case), [case])
+        check_magnitude_mask(_adapter(nt.magnitude_mask, case), [case])
+    finally:
+        torch_masks._use_counting = original
+
+
 def test_chunked_counting_equals_one_chunk(monkeypatch):
+    monkeypatch.setattr(torch_masks, "_use_counting", lambda groups: True)
     scores = torch.randint(-2, 3, (301, 8)).float()
     whole = nt.nm_mask(scores, 3, 8)
     monkeypatch.setattr(torch_masks, "_CHUNK_ELEMENTS", 64 * 7)

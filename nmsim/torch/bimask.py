@@ -156,10 +156,13 @@ def score_permutations(
         return scores
     chunk = max(1, _CHUNK_BYTES // rows.numel())
     for start in range(0, candidates.shape[0], chunk):
-        block_rows = rows[candidates[start : start + chunk]]  # (k, out, width)
-        counts = block_rows.reshape(block_rows.shape[0], -1, pattern.m, rows.shape[1]).sum(
-            dim=2, dtype=torch.int32
-        )
+        picked = candidates[start : start + chunk]  # (k, out)
+        # Survivors per block: add the m permuted rows of every block, slot by slot
+        # (int16 counts are exact for m < 2**15; each slot is one gather of whole rows).
+        slots = picked.reshape(picked.shape[0], -1, pattern.m)
+        counts = rows[slots[:, :, 0]].to(torch.int16)
+        for slot in range(1, pattern.m):
+            counts += rows[slots[:, :, slot]]
         if criterion == "kept":
             values = counts.clamp(max=pattern.n).sum(dim=(1, 2), dtype=torch.int64)
         else:

@@ -1,0 +1,106 @@
+"""Benchmark the torch path on one device: masks and the Bi-Mask search, with baselines.
+
+Each row is a median over ``--repeats`` runs (after one warm-up) measured in
+this run, with a baseline from the same run:
+
+* ``nm_mask`` 2:4 / 4:8 (rank counting) vs ``torch.topk`` on the same device
+  (the baseline is *not* tie-compatible with the spec; it is the speed bar);
+* ``magnitude_mask`` on bfloat16 vs float32;
+* Bi-Mask ``score_permutations`` (K candidates, batched) vs nmref's Numba
+  kernel on the CPU.
+
+Run: ``python benchmarks/bench_torch.py --device cuda --size 4096``
+(``--device cpu --size 1024`` for a quick CPU run). On CUDA the timings
+synchronise the device before and after each call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+import torch
+
+import nmref.bimask
+import nmsim.torch as nt
+from nmsim.torch import bimask
+
+
+def timed(function, device: torch.device, repeats: int) -> float:
+    """Median wall time of ``function()`` in seconds (one warm-up call first)."""
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    function()
+    times = []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        function()
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def topk_mask(scores: torch.Tensor, n: int, m: int) -> torch.Tensor:
+    groups = scores.reshape(-1, m)
+    mask = torch.zeros(groups.shape, dtype=torch.bool, device=scores.device)
+    return mask.scatter_(1, torch.topk(groups, n, dim=1).indices, True).reshape(scores.shape)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--candidates", type=int, default=100)
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    size = args.size
+    weights = torch.randn(size, size, generator=generator).to(device)
+    magnitudes = weights.abs()
+    print(f"torch {torch.__version__}, device {device}, {size}x{size}, median of {args.repeats}")
+    print(f"{'workload':44s} {'ours s':>10s} {'baseline s':>11s} {'ratio':>7s}  baseline")
+    rows = []
+    for n, m in ((2, 4), (4, 8)):
+        ours = timed(lambda n=n, m=m: nt.nm_mask(magnitudes, n, m), device, args.repeats)
+        base = timed(lambda n=n, m=m: topk_mask(magnitudes, n, m), device, args.repeats)
+        rows.append((f"nm_mask {n}:{m} float32", ours, base, "torch.topk (same device)"))
+    bf16 = weights.to(torch.bfloat16)
+    ours = timed(lambda: nt.magnitude_mask(bf16, 2, 4), device, args.repeats)
+    base = timed(lambda: nt.magnitude_mask(weights, 2, 4), device, args.repeats)
+    rows.append(("magnitude_mask 2:4 bfloat16", ours, base, "same on float32"))
+
+    forward = nt.magnitude_mask(weights, 2, 4)
+    rng = np.random.default_rng(0)
+    candidates = np.stack([rng.permutation(size) for _ in range(args.candidates)])
+    candidates_device = torch.from_numpy(candidates).to(device)
+    forward_host = forward.cpu().numpy()
+    ours = timed(
+        lambda: bimask.score_permutations(forward, candidates_device, 2, 4), device, args.repeats
+    )
+    base = timed(
+        lambda: nmref.bimask.score_permutations(forward_host, candidates, 2, 4),
+        torch.device("cpu"),
+        args.repeats,
+    )
+    rows.append((f"bimask score {args.candidates} candidates 2:4", ours, base, "nmref Numba (CPU)"))
+    got = bimask.score_permutations(forward, candidates_device, 2, 4).cpu().numpy()
+    expected = nmref.bimask.score_permutations(forward_host, candidates, 2, 4)
+    assert np.array_equal(got, expected), "torch and nmref Bi-Mask scores differ"
+    for name, ours, base, baseline in rows:
+        print(f"{name:44s} {ours:10.4f} {base:11.4f} {base / ours:7.2f}x  {baseline}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
