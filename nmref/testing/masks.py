@@ -116,11 +116,11 @@ def compare_masks(
         return Failure(
             check,
             case,
-            f"output shape {got_array.shape} differs from the input shape {case.scores.shape}",
+            f"  output shape {got_array.shape} differs from the input shape {case.scores.shape}",
         ), math.nan
     if got_array.dtype != np.bool_:
         if got_array.dtype.kind not in "biuf" or not np.isin(got_array, (0, 1)).all():
-            return Failure(check, case, f"output is not a 0/1 mask (dtype {got_array.dtype})"), (
+            return Failure(check, case, f"  output is not a 0/1 mask (dtype {got_array.dtype})"), (
                 math.nan
             )
         got_array = got_array != 0
