@@ -230,3 +230,62 @@ def _register_bimask() -> None:
 
 
 _register_bimask()
+
+
+def _bame_scores(dtype: str, device: str, quick: bool) -> Report:
+    from nmref.testing.bame import check_bame_block_scores
+
+    from . import bame
+
+    report = Report("bame block_scores")
+    for swap_rule in ("single_swap", "reselect"):
+        for regrow_init in ("zero", "stale"):
+
+            def impl(w, mask, grad, candidates, n, m, rule=swap_rule, init=regrow_init):
+                result = bame.block_scores(
+                    torch.from_numpy(w).to(device),
+                    torch.from_numpy(mask).to(device),
+                    torch.from_numpy(grad).to(device),
+                    torch.from_numpy(candidates).to(device),
+                    n=n,
+                    m=m,
+                    swap_rule=rule,
+                    regrow_init=init,
+                    lookahead_step=0.5,
+                    curvature=1.0,
+                )
+                fields = (result.reduction, result.proposed_mask, result.utility)
+                return tuple(t.cpu().numpy() for t in fields)
+
+            report.extend(
+                check_bame_block_scores(
+                    impl, swap_rule=swap_rule, regrow_init=regrow_init, raise_on_failure=False
+                )
+            )
+    return report
+
+
+def _bame_select(dtype: str, device: str, quick: bool) -> Report:
+    from nmref.testing.bame import check_select_blocks
+
+    from . import bame
+
+    def impl(scores, candidates, budget):
+        selected = bame.select_blocks(
+            torch.from_numpy(scores).to(device), torch.from_numpy(candidates).to(device), budget
+        )
+        return selected.cpu().numpy()
+
+    return check_select_blocks(impl, raise_on_failure=False)
+
+
+def _register_bame() -> None:
+    try:
+        import nmref.bame  # noqa: F401
+    except ImportError:  # BAME not in this build of nmref
+        return
+    register(Suite("bame block_scores", ("float64",), _bame_scores))
+    register(Suite("bame select_blocks", ("float64",), _bame_select))
+
+
+_register_bame()

@@ -231,3 +231,40 @@ BIMASK_MUTANTS = {
     "bimask_backward_ignores_forward_mask": bimask_backward_ignores_forward_mask,
     "bimask_backward_unpermuted": bimask_backward_unpermuted,
 }
+
+
+# --- BAME-style evolution kernels ---------------------------------------------------------------
+
+
+def bame_prunes_the_lowest_index_on_ties(w, mask, grad, candidates, n, m):
+    """single_swap that prunes the *lowest* kept index among equal utilities."""
+    import nmref.bame as bame
+
+    result = bame.block_scores(
+        w, mask, grad, candidates, n=n, m=m, lookahead_step=0.5, curvature=1.0
+    )
+    u = result.utility.reshape(w.shape[0], -1, m)
+    kept = mask.reshape(w.shape[0], -1, m)
+    proposed = mask.copy().reshape(w.shape[0], -1, m)
+    reduction = np.zeros(candidates.shape)
+    for r, g in zip(*np.nonzero(candidates), strict=True):
+        if n in (0, m):
+            continue
+        kept_u = np.where(kept[r, g], u[r, g], np.inf)
+        pruned_u = np.where(kept[r, g], -np.inf, u[r, g])
+        prune, regrow = int(np.argmin(kept_u)), int(np.argmax(pruned_u))
+        gain = u[r, g, regrow] - u[r, g, prune]
+        if gain > 0:
+            reduction[r, g] = gain
+            proposed[r, g, prune], proposed[r, g, regrow] = False, True
+    return reduction, proposed.reshape(mask.shape), result.utility
+
+
+def bame_blocks_in_reverse_index_order(scores, candidates, budget):
+    """Breaks score ties by the *higher* (row, group) first."""
+    flat = np.asarray(scores, dtype=np.float64).ravel()
+    eligible = np.flatnonzero(np.asarray(candidates).ravel() & (flat > 0))
+    order = eligible[np.lexsort((-eligible, -flat[eligible]))]
+    selected = np.zeros(flat.size, dtype=bool)
+    selected[order[:budget]] = True
+    return selected.reshape(np.shape(scores))

@@ -104,3 +104,16 @@ def test_the_bimask_subset_mutant_report_names_the_subset_rule():
 
     with pytest.raises(ConformanceError, match="B must be a subset of F"):
         check_bimask_backward_mask(mutants.bimask_backward_ignores_forward_mask, layout="linear")
+
+
+def test_bame_mutants_are_rejected():
+    from nmref.testing.bame import check_bame_block_scores, check_select_blocks
+
+    scores = check_bame_block_scores(
+        mutants.bame_prunes_the_lowest_index_on_ties, raise_on_failure=False
+    )
+    assert not scores.ok, scores.summary()
+    selection = check_select_blocks(
+        mutants.bame_blocks_in_reverse_index_order, raise_on_failure=False
+    )
+    assert not selection.ok, selection.summary()

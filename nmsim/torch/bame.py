@@ -1,0 +1,163 @@
+"""BAME-style mask evolution on the torch path: the loss-aware block scores (LMA) and the
+block selection, equal to :mod:`nmref.bame` bit for bit (``specs/bame.md`` §3.2, §3.5, §3.8).
+
+Only the per-update tensor work is ported: :func:`keep_utility`, :func:`block_scores`
+(``single_swap`` and ``reselect``) and :func:`select_blocks`. The per-layer state machine
+(oscillation counters, freezing, schedule) is small host-side bookkeeping and stays in
+:func:`nmref.bame.evolve_mask`. Everything is computed in float64 in the reference's
+operation order (one IEEE operation per tensor op, so no fused multiply-add can differ).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from nmref.bame import BlockScores
+from nmref.patterns import check_pattern
+
+from .masks import is_nm, nm_mask
+
+__all__ = ["block_scores", "keep_utility", "select_blocks"]
+
+
+def keep_utility(
+    weight: torch.Tensor,
+    mask: torch.Tensor,
+    grad: torch.Tensor,
+    *,
+    regrow_init: str = "zero",
+    lookahead_step: float = 0.0,
+    curvature: float = 0.0,
+) -> torch.Tensor:
+    """Per-position keep utility ``u`` in float64 (twin of :func:`nmref.bame.keep_utility`).
+
+    kept: ``(c/2 · w·w − g·w) + η·g·g``; pruned: ``(−(g·v) − c/2 · v·v) + η·g·g`` with ``v``
+    = 0 (``regrow_init="zero"``) or the stale ``w``. Complexity O(size).
+    """
+    w = weight.to(torch.float64)
+    g = grad.to(torch.float64)
+    half_c = 0.5 * float(curvature)
+    eta = float(lookahead_step)
+    step_gain = eta * (g * g)
+    kept_value = (half_c * (w * w) - g * w) + step_gain
+    v = w if regrow_init == "stale" else torch.zeros_like(w)
+    pruned_value = (-(g * v) - half_c * (v * v)) + step_gain
+    return torch.where(mask, kept_value, pruned_value)
+
+
+def _single_swap(u: torch.Tensor, kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    count, m = u.shape
+    # Prune the least utility among kept, ties -> highest index: argmin (first) of the flip.
+    kept_u = torch.where(kept, u, torch.full_like(u, torch.inf))
+    prune = m - 1 - torch.argmin(kept_u.flip(1), dim=1)
+    # Regrow the largest utility among pruned, ties -> lowest index (argmax returns the first).
+    pruned_u = torch.where(kept, torch.full_like(u, -torch.inf), u)
+    regrow = torch.argmax(pruned_u, dim=1)
+    rows = torch.arange(count, device=u.device)
+    gain = u[rows, regrow] - u[rows, prune]
+    new_kept = kept.clone()
+    new_kept[rows, prune] = False
+    new_kept[rows, regrow] = True
+    return new_kept, gain
+
+
+def block_scores(
+    weight: torch.Tensor,
+    mask: torch.Tensor,
+    grad: torch.Tensor,
+    candidates: torch.Tensor,
+    *,
+    n: int,
+    m: int,
+    swap_rule: str = "single_swap",
+    regrow_init: str = "zero",
+    lookahead_step: float = 0.0,
+    curvature: float = 0.0,
+) -> BlockScores:
+    """Expected loss reduction of adapting each candidate block (twin of
+    :func:`nmref.bame.block_scores`; returns its :class:`~nmref.bame.BlockScores` with
+    tensors). Same validation: mask exactly N:M, weight finite, gradient finite inside
+    candidate blocks. Complexity O(rows * reduction) (plus :func:`nm_mask` for ``reselect``).
+    """
+    pattern = check_pattern(n, m)
+    if mask.dtype != torch.bool or mask.dim() != 2 or mask.shape[1] % m:
+        raise ValueError("mask must be a 2-D bool [rows, reduction] matrix, reduction % m == 0")
+    for name, tensor in (("weight", weight), ("grad", grad)):
+        if not tensor.is_floating_point():
+            raise TypeError(f"{name} must be a float tensor, got dtype={tensor.dtype}")
+        if tensor.shape != mask.shape:
+            raise ValueError(f"{name}.shape={tuple(tensor.shape)} must equal mask.shape")
+    if not is_nm(mask, n, m):
+        raise ValueError(f"mask must keep exactly n={n} in every block of m={m}")
+    if not bool(torch.isfinite(weight).all()):
+        raise ValueError("weight must be finite (NaN/inf weights have no loss estimate)")
+    if swap_rule not in ("single_swap", "reselect"):
+        raise ValueError(f"swap_rule={swap_rule!r} must be 'single_swap' or 'reselect'")
+    if regrow_init not in ("zero", "stale"):
+        raise ValueError(f"regrow_init={regrow_init!r} must be 'zero' or 'stale'")
+    rows, groups = mask.shape[0], mask.shape[1] // m
+    if candidates.dtype != torch.bool or tuple(candidates.shape) != (rows, groups):
+        raise ValueError(f"candidates must be a bool tensor of block shape {(rows, groups)}")
+    expanded = candidates.repeat_interleave(m, dim=1)
+    bad = expanded & ~torch.isfinite(grad)
+    if bool(bad.any()):
+        row, column = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            f"grad is not finite at ({row}, {column}), a position of candidate block "
+            f"({row}, {column // m}); the scores need the gradient at every position of "
+            "every candidate block (spec 3.6)"
+        )
+    safe_grad = torch.where(expanded, grad.to(torch.float64), 0.0)
+    utility = keep_utility(
+        weight,
+        mask,
+        safe_grad,
+        regrow_init=regrow_init,
+        lookahead_step=lookahead_step,
+        curvature=curvature,
+    )
+    if not bool(torch.isfinite(utility[expanded]).all()):
+        raise ValueError("keep utility overflowed (|g| or |w| too large for float64 products)")
+    utility = torch.where(expanded, utility, torch.nan)
+    reduction = torch.zeros((rows, groups), dtype=torch.float64, device=mask.device)
+    proposed = mask.clone()
+    if pattern.n in (0, pattern.m) or not bool(candidates.any()):
+        return BlockScores(reduction, proposed, utility)
+    u = utility.reshape(rows, groups, m)[candidates]
+    kept = mask.reshape(rows, groups, m)[candidates]
+    if swap_rule == "single_swap":
+        new_kept, gain = _single_swap(u, kept)
+    else:
+        new_kept = nm_mask(u, pattern.n, pattern.m)
+        gain = torch.zeros(u.shape[0], dtype=torch.float64, device=u.device)
+        zero = torch.zeros_like(gain)
+        for position in range(m):  # index order, as the reference's sum
+            added = new_kept[:, position] & ~kept[:, position]
+            removed = kept[:, position] & ~new_kept[:, position]
+            gain = (gain + torch.where(added, u[:, position], zero)) - torch.where(
+                removed, u[:, position], zero
+            )
+    improves = gain > 0
+    reduction[candidates] = torch.where(improves, gain, 0.0)
+    block_view = proposed.reshape(rows, groups, m)
+    block_view[candidates] = torch.where(improves[:, None], new_kept, kept)
+    return BlockScores(reduction, proposed, utility)
+
+
+def select_blocks(scores: torch.Tensor, candidates: torch.Tensor, budget: int) -> torch.Tensor:
+    """The ``budget`` best candidate blocks with a positive score, ordered by
+    ``(-score, row, group)`` (twin of :func:`nmref.bame.select_blocks`)."""
+    if scores.shape != candidates.shape:
+        raise ValueError("scores and candidates must have the same shape")
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        raise ValueError(f"budget={budget!r} must be a non-negative integer")
+    flat_scores = scores.to(torch.float64).reshape(-1)
+    flat_candidates = candidates.reshape(-1)
+    if bool(torch.isnan(flat_scores[flat_candidates]).any()):
+        raise ValueError("scores must not be NaN at candidate blocks")
+    eligible = torch.nonzero(flat_candidates & (flat_scores > 0)).reshape(-1)
+    # A stable descending sort keeps equal scores in ascending flat index: (-score, index).
+    order = torch.sort(flat_scores[eligible], descending=True, stable=True).indices
+    selected = torch.zeros_like(flat_candidates)
+    selected[eligible[order[:budget]]] = True
+    return selected.reshape(scores.shape)
