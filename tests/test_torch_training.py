@@ -55,7 +55,7 @@ def test_gradcheck_float64_linear_and_conv_inputs_and_bias():
         (x, linear.bias.detach().clone().requires_grad_(True)),
     )
     conv = nt.SparseConv2d(8, 2, 3, padding=1, pattern="1:4", dtype=torch.float64)
-    images = torch.randn(2, 8, 4, 4, dtype=torch.float64, generator=generator, requires_grad=True)
+    images = torch.randn(1, 8, 3, 3, dtype=torch.float64, generator=generator, requires_grad=True)
     conv_weight = conv.weight.detach()
     assert torch.autograd.gradcheck(
         lambda inputs: F.conv2d(inputs, nt.sparse_weight(conv_weight, "1:4"), padding=1),
