@@ -108,5 +108,7 @@ def test_exceptions_and_bad_outputs_are_failures_not_crashes():
         lambda s, n, m: nmref.nm_mask(s, n, m)[:1], quick=True, raise_on_failure=False
     )
     assert "output shape" in str(wrong_shape)
-    not_binary = check_nm_mask(lambda s, n, m: np.full(s.shape, 3), quick=True, raise_on_failure=False)
+    not_binary = check_nm_mask(
+        lambda s, n, m: np.full(s.shape, 3), quick=True, raise_on_failure=False
+    )
     assert "not a 0/1 mask" in str(not_binary)
