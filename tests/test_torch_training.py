@@ -181,3 +181,49 @@ def test_sparsify_filters_by_name_and_rejects_unknown_methods():
         nt.SparseLinear(6, 2)
     with pytest.raises(ValueError, match="decay=-1"):
         nt.SparseLinear(8, 2, decay=-1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("layer_kind", ["linear", "conv"])
+def test_masks_and_gradients_along_a_trajectory_equal_nmref_srste_step(dtype, layer_kind):
+    """Ten SGD steps of a sparse layer: each step's mask and SR-STE gradient == nmref's.
+
+    The loss is elementwise, ``L = sum(c * W~ - t * W~)``, so ``dL/dW~ = c - t`` needs no BLAS
+    reduction and the comparison is exact. Each nmref step starts from the torch weights:
+    ``torch.optim.SGD`` itself is not bit-compatible with NumPy (its CPU ``add(alpha=)`` fuses
+    the multiply-add), which ``tests/test_bimask_torch.py`` covers with a tolerance.
+    """
+    from nmref.srste import srste_step
+
+    generator = torch.Generator().manual_seed(5)
+    if layer_kind == "linear":
+        layer = nt.SparseLinear(16, 8, bias=False, pattern="2:4", decay=0.01, dtype=dtype)
+        layout = "linear"
+    else:
+        layer = nt.SparseConv2d(8, 4, 3, bias=False, pattern="2:4", decay=0.01, dtype=dtype)
+        layout = "channels"
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(layer.weight.shape, generator=generator, dtype=dtype))
+    target = torch.randn(layer.weight.shape, generator=generator, dtype=dtype)
+    coefficient = torch.randn(layer.weight.shape, generator=generator, dtype=dtype)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.5, momentum=0.9)
+    masks_seen = set()
+    for _ in range(10):
+        weight = layer.weight.detach().numpy().copy()
+        expected = srste_step(
+            weight,
+            lambda sparse: (coefficient - target).numpy(),
+            2,
+            4,
+            lr=0.5,
+            decay=0.01,
+            layout=layout,
+        )
+        optimizer.zero_grad()
+        sparse = layer.sparse_weight()
+        (coefficient * sparse - target * sparse).sum().backward()
+        np.testing.assert_array_equal(layer.mask().numpy(), expected.mask)
+        np.testing.assert_array_equal(layer.weight.grad.numpy(), expected.gradient)
+        masks_seen.add(expected.mask.tobytes())
+        optimizer.step()
+    assert len(masks_seen) > 1  # the mask really changes along the trajectory
