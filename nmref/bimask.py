@@ -697,7 +697,8 @@ def search_permutation(
     Raises
     ------
     TypeError
-        If ``rng`` is not a Generator or int (and no explicit candidates were given).
+        If ``rng`` is not a Generator or int (and no explicit candidates were given),
+        or explicit ``candidates`` are not integers.
     ValueError
         If no candidate would be evaluated, or as :func:`score_permutations`.
 
@@ -720,6 +721,9 @@ def search_permutation(
             drawn[k] = generator.permutation(out_channels)
     else:
         drawn = np.asarray(candidates)
+        if drawn.size and drawn.dtype.kind not in "iu":
+            # astype(intp) below would truncate 0.5 to 0 and pass a non-permutation off as one.
+            raise TypeError(f"candidates must be integer permutations, got dtype={drawn.dtype}")
         if drawn.ndim != 2 or drawn.shape[1] != out_channels:
             raise ValueError(
                 f"candidates must be an int or an array of shape (K, {out_channels}), "

@@ -731,3 +731,67 @@ def test_gradient_gap_bounds_the_input_gradient_difference(case, batch):
 def test_gradient_gap_rejects_a_backward_mask_outside_the_forward_mask():
     with pytest.raises(ValueError, match="subset of forward_mask"):
         bimask.gradient_gap(np.ones((1, 2)), [[1, 0]], [[0, 1]])
+
+
+# ----------------------------------------------------------------------------
+# Backward tie rule against a plain-Python oracle (tie-heavy inputs)
+# ----------------------------------------------------------------------------
+
+
+def backward_mask_oracle(weight, forward, permutation, n, m, layout, rank):
+    """Spec section 3, one block at a time: rank by key, ties to the lower permuted position."""
+    magnitudes = np.abs(blocks_of(weight.astype(np.float64), layout))
+    survivors = blocks_of(forward, layout)
+    taps, out, width = magnitudes.shape
+    kept = np.zeros((taps, out, width), dtype=bool)
+    for t, b, c in itertools.product(range(taps), range(out // m), range(width)):
+        rows = [int(permutation[b * m + j]) for j in range(m)]  # permuted positions 0..m-1
+        if rank == "survivors":
+            # Survivors above every pruned entry, then by |w|.
+            keys = [
+                (0 if survivors[t, r, c] else 1, -magnitudes[t, r, c], j)
+                for j, r in enumerate(rows)
+            ]
+        else:
+            # The code's rule: |W * F| (pruned entries score 0), then intersect with F.
+            keys = [
+                (0, -(magnitudes[t, r, c] if survivors[t, r, c] else 0.0), j)
+                for j, r in enumerate(rows)
+            ]
+        for _, _, j in sorted(keys)[:n]:
+            kept[t, rows[j], c] = bool(survivors[t, rows[j], c])
+    matrix = kept.reshape(taps * out, width)
+    from nmref.layouts import from_reduction_matrix
+
+    return from_reduction_matrix(matrix, weight.shape, layout)
+
+
+@given(
+    st.one_of(bimask_cases(), bimask_cases(conv=True)),
+    st.sampled_from(["survivors", "masked_magnitude"]),
+)
+def test_backward_mask_equals_plain_oracle_on_tie_heavy_inputs(case, rank):
+    """The tie rule (lower permuted position wins) is pinned, not only the magnitudes."""
+    weight, n, m, permutation, layout = case
+    forward = bimask.forward_mask(weight, n, m, layout=layout)
+    np.testing.assert_array_equal(
+        bimask.backward_mask(weight, forward, permutation, n, m, layout=layout, rank=rank),
+        backward_mask_oracle(weight, forward, permutation, n, m, layout, rank),
+    )
+
+
+def test_backward_tie_rule_by_hand():
+    # One column, four equal survivors; pi = [3, 2, 1, 0]: permuted positions 0, 1 are rows 3, 2.
+    weight = np.ones((4, 1))
+    forward = np.ones((4, 1), dtype=bool)
+    backward = bimask.backward_mask(weight, forward, [3, 2, 1, 0], 2, 4)
+    np.testing.assert_array_equal(backward.ravel(), [0, 0, 1, 1])
+
+
+def test_explicit_float_candidates_are_rejected_not_truncated():
+    weight = np.random.default_rng(0).standard_normal((8, 8))
+    # [0.5, 1, ..., 7] is not a permutation; truncating it to [0, 1, ..., 7] would hide that.
+    with pytest.raises(TypeError, match="candidates must be integer permutations"):
+        bimask.search_permutation(weight, 2, 4, candidates=np.array([[0.5, 1, 2, 3, 4, 5, 6, 7]]))
+    with pytest.raises(TypeError, match="candidates must be integer permutations"):
+        bimask.search_permutation(weight, 2, 4, candidates=np.arange(8.0)[None, :])
