@@ -426,7 +426,8 @@ def gradient_gap(
     if array.dtype.kind != "f" or array.dtype.itemsize > 8:
         raise TypeError(f"weight must be a float16/32/64 array, got dtype={array.dtype}")
     if np.isnan(array).any():
-        raise ValueError("weight contains NaN")
+        index = np.unravel_index(int(np.flatnonzero(np.isnan(array))[0]), array.shape)
+        raise ValueError(f"weight contains NaN (first at index {tuple(int(i) for i in index)})")
     forward = as_binary_mask(forward_mask, array.shape, "forward_mask")
     backward = as_binary_mask(backward_mask, array.shape, "backward_mask")
     outside = backward & ~forward
@@ -1160,14 +1161,16 @@ def bimask_linear_gemms(
     w = _as_weight(weight)
     if w.ndim != 2:
         raise ValueError(f"weight must be 2-D [out, in], got shape {w.shape}")
-    x = _as_weight(inputs, "inputs")
-    dy = _as_weight(grad_output, "grad_output")
+    # Shapes first: _as_weight's ndim message describes weights, not activations.
+    x, dy = np.asarray(inputs), np.asarray(grad_output)
     if x.ndim != 2 or x.shape[1] != w.shape[1]:
         raise ValueError(f"inputs must have shape (batch, {w.shape[1]}), got {x.shape}")
     if dy.shape != (x.shape[0], w.shape[0]):
         raise ValueError(
             f"grad_output must have shape ({x.shape[0]}, {w.shape[0]}), got {dy.shape}"
         )
+    x = _as_weight(x, "inputs")
+    dy = _as_weight(dy, "grad_output")
     forward = forward_mask(w, n, m, layout="linear")
     backward = backward_mask(w, forward, permutation, n, m, layout="linear", rank=rank)
     zero = w.dtype.type(0)

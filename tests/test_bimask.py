@@ -795,3 +795,21 @@ def test_explicit_float_candidates_are_rejected_not_truncated():
         bimask.search_permutation(weight, 2, 4, candidates=np.array([[0.5, 1, 2, 3, 4, 5, 6, 7]]))
     with pytest.raises(TypeError, match="candidates must be integer permutations"):
         bimask.search_permutation(weight, 2, 4, candidates=np.arange(8.0)[None, :])
+
+
+def test_gemm_and_gap_errors_describe_the_argument():
+    weight = np.ones((8, 8))
+    with pytest.raises(ValueError, match=r"inputs must have shape \(batch, 8\), got \(8,\)"):
+        bimask.bimask_linear_gemms(np.ones(8), weight, np.ones((1, 8)), np.arange(8), 2, 4)
+    with pytest.raises(ValueError, match=r"grad_output must have shape \(1, 8\), got \(8,\)"):
+        bimask.bimask_linear_gemms(np.ones((1, 8)), weight, np.ones(8), np.arange(8), 2, 4)
+    with pytest.raises(TypeError, match="inputs must be a float16/32/64"):
+        bimask.bimask_linear_gemms(
+            np.ones((1, 8), int), weight, np.ones((1, 8)), np.arange(8), 2, 4
+        )
+    with pytest.raises(ValueError, match=r"grad_output contains NaN \(first at index \(0, 3\)\)"):
+        dy = np.ones((1, 8))
+        dy[0, 3] = np.nan
+        bimask.bimask_linear_gemms(np.ones((1, 8)), weight, dy, np.arange(8), 2, 4)
+    with pytest.raises(ValueError, match=r"weight contains NaN \(first at index \(0, 1\)\)"):
+        bimask.gradient_gap(np.array([[1.0, np.nan]]), [[1, 1]], [[1, 1]])
