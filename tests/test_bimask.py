@@ -628,7 +628,9 @@ def test_greedy_beats_random_search_on_gaussian_weights():
         bimask.greedy_permutation(weight, 2, 4, window=0, rng=1)
 
 
-@pytest.mark.parametrize("shape", [(0, 8), (8, 0), (0, 0), (0, 4, 3, 3)])
+@pytest.mark.parametrize(
+    "shape", [(0, 8), (8, 0), (0, 0), (0, 4, 3, 3), (4, 0, 3, 3), (4, 4, 0, 3)]
+)
 def test_zero_size_weights(shape):
     weight = np.zeros(shape)
     identity = np.arange(shape[0])
