@@ -336,7 +336,8 @@ def test_kept_and_eligible_choose_different_candidates():
             for c in ("kept", "eligible")
         ]
         differ += results[0].best_index != results[1].best_index
-    assert differ >= 3
+    # 8 of 10 at the time of writing; the spec says "most", so more than half must differ.
+    assert differ > 5
 
 
 def test_expected_kept_fraction_matches_binomial_model():
