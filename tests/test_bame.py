@@ -638,9 +638,15 @@ def test_golden_vectors():
             learning_rate=float(data[f"{name}/learning_rate"]),
             velocity=data[f"{name}/velocity"],
         )
-        for key in ("mask", "weight", "velocity", "selected", "reduction"):
+        for key in ("mask", "weight", "velocity", "selected", "reduction", "candidates", "scores"):
             np.testing.assert_array_equal(
                 getattr(result, key), data[f"{name}/expected_{key}"], err_msg=f"{name}: {key}"
+            )
+        for f in fields(BameState):
+            np.testing.assert_array_equal(
+                getattr(result.state, f.name),
+                data[f"{name}/expected_state_{f.name}"],
+                err_msg=f"{name}: state.{f.name}",
             )
 
 
