@@ -49,3 +49,14 @@ def test_cuda_without_a_gpu_is_a_clear_error(capsys):
         pytest.skip("a GPU is present")
     assert main(["verify", "--device", "cuda", "--quick"]) == 2
     assert "torch.cuda.is_available() is False" in capsys.readouterr().err
+
+
+def test_verify_quick_over_every_suite_passes_with_zero_mismatches():
+    from nmsim.verify import run_verify
+
+    out = io.StringIO()
+    assert run_verify("cpu", quick=True, out=out) == 0
+    text = out.getvalue()
+    for name in conformance.SUITES:
+        assert name in text
+    assert "golden vectors" in text and ", 0 mismatches" in text
