@@ -102,3 +102,66 @@ def test_errors_match_the_reference_rules():
     bame.block_scores(weight, mask, outside, torch.tensor([[True], [False]]), n=2, m=4)
     with pytest.raises(ValueError, match="budget"):
         bame.select_blocks(torch.ones(2, 2), torch.ones(2, 2, dtype=torch.bool), -1)
+
+
+CONFIGS = [
+    {},
+    {"swap_rule": "reselect", "regrow_init": "stale", "oscillation": "change_rate"},
+    {
+        "combine": "multiplicative",
+        "freeze_threshold": 1.0,
+        "oscillation": "change_ema",
+        "product_exponent": 2.0,
+    },
+    {
+        "sticky_freeze": True,
+        "freeze_threshold": 0.2,
+        "budget_of": "all",
+        "fraction_schedule": "linear",
+        "reset_momentum": False,
+    },
+]
+
+
+@pytest.mark.parametrize(
+    "options", CONFIGS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "defaults"
+)
+@pytest.mark.parametrize("n_m", [(2, 4), (1, 4)])
+def test_evolve_mask_trajectory_equals_nmref(options, n_m):
+    """Twelve updates with tie-heavy gradients: every field of every Evolution is identical."""
+    n, m = n_m
+    config = reference.BameConfig(
+        n, m, t_i=0, t_f=12, update_interval=1, adapt_fraction=0.6, lookahead_step=0.5, **options
+    )
+    rng = np.random.default_rng(len(options) * 10 + n)
+    weight = rng.integers(-3, 4, (6, 4 * m)) * 0.5
+    mask = nmref.magnitude_mask(weight, n, m)
+    velocity = rng.standard_normal(weight.shape)
+    state = reference.BameState.initial(mask, m)
+    t_weight, t_mask = torch.from_numpy(weight), torch.from_numpy(mask)
+    t_velocity, t_state = torch.from_numpy(velocity), state
+    changes = 0
+    for step in range(12):
+        grad = rng.integers(-2, 3, weight.shape) * 0.5
+        expected = reference.evolve_mask(weight, mask, grad, state, step, config, velocity=velocity)
+        got = bame.evolve_mask(
+            t_weight, t_mask, torch.from_numpy(grad), t_state, step, config, velocity=t_velocity
+        )
+        for name in ("mask", "weight", "velocity", "selected", "reduction", "scores"):
+            np.testing.assert_array_equal(
+                getattr(got, name).numpy(), getattr(expected, name), err_msg=name
+            )
+        np.testing.assert_array_equal(got.candidates, expected.candidates)
+        assert got.budget == expected.budget
+        for field in ("changes", "reverts", "change_ema", "frozen", "previous_mask"):
+            np.testing.assert_array_equal(getattr(got.state, field), getattr(expected.state, field))
+        assert got.state.num_updates == expected.state.num_updates
+        changes += int((expected.mask != mask).sum())
+        weight, mask, velocity, state = (
+            expected.weight,
+            expected.mask,
+            expected.velocity,
+            expected.state,
+        )
+        t_weight, t_mask, t_velocity, t_state = got.weight, got.mask, got.velocity, got.state
+    assert changes > 0  # the trajectory really evolves the mask

@@ -17,7 +17,7 @@ from nmref.patterns import check_pattern
 
 from .masks import is_nm, nm_mask
 
-__all__ = ["block_scores", "keep_utility", "select_blocks"]
+__all__ = ["block_scores", "evolve_mask", "keep_utility", "select_blocks"]
 
 
 def keep_utility(
@@ -161,3 +161,94 @@ def select_blocks(scores: torch.Tensor, candidates: torch.Tensor, budget: int) -
     selected = torch.zeros_like(flat_candidates)
     selected[eligible[order[:budget]]] = True
     return selected.reshape(scores.shape)
+
+
+def evolve_mask(
+    weight: torch.Tensor,
+    mask: torch.Tensor,
+    grad: torch.Tensor,
+    state,
+    step: int,
+    config,
+    *,
+    learning_rate: float | None = None,
+    velocity: torch.Tensor | None = None,
+):
+    """One BAME-style mask update with the tensor work on the device (twin of
+    :func:`nmref.bame.evolve_mask`, ``specs/bame.md`` §3).
+
+    The per-block counters (:class:`nmref.bame.BameState`), candidates and budget are
+    host-side NumPy bookkeeping computed by nmref itself; scores, selection and the
+    update of mask, weights and momentum run on ``weight.device``. Returns nmref's
+    :class:`~nmref.bame.Evolution` whose ``mask``, ``weight``, ``velocity``,
+    ``selected``, ``reduction`` and ``scores`` are tensors, and ``state`` and
+    ``candidates`` NumPy arrays. Bit for bit equal to nmref (tested over multi-update
+    trajectories and every switch).
+    """
+    import math
+
+    import numpy as np
+
+    from nmref import bame as reference
+
+    if not reference.is_update_step(step, config):
+        raise ValueError(
+            f"step={step} is not an update step of t_i={config.t_i}, t_f={config.t_f}, "
+            f"update_interval={config.update_interval}"
+        )
+    n, m = config.n, config.m
+    device = weight.device
+    lookahead = reference._resolve_lookahead(config, learning_rate)
+    host_mask = mask.cpu().numpy()
+    reference._check_state(state, host_mask, m)
+    frequency = reference.oscillation_frequency(state, config)
+    candidates = reference.candidate_blocks(state, config)
+    candidates_device = torch.from_numpy(candidates).to(device)
+    scored = block_scores(
+        weight,
+        mask,
+        grad,
+        candidates_device,
+        n=n,
+        m=m,
+        swap_rule=config.swap_rule,
+        regrow_init=config.regrow_init,
+        lookahead_step=lookahead,
+        curvature=config.curvature,
+    )
+    if config.combine == "freeze_then_rank":
+        combined = scored.reduction.clone()
+    else:
+        # math.pow per block on the host, as nmref does (libm and vectorised pow may differ).
+        gamma = float(config.product_exponent)
+        factors = np.array(
+            [math.pow(1.0 - f, gamma) for f in frequency.ravel().tolist()], dtype=np.float64
+        ).reshape(frequency.shape)
+        combined = scored.reduction * torch.from_numpy(factors).to(device)
+    scores = torch.where(candidates_device, combined, 0.0)
+    budget = reference.adaptation_budget(step, int(candidates.sum()), candidates.size, config)
+    selected = select_blocks(scores, candidates_device, budget)
+    new_mask = torch.where(selected.repeat_interleave(m, dim=1), scored.proposed_mask, mask)
+    changed = new_mask != mask
+    new_weight = weight.clone()
+    if config.regrow_init == "zero":
+        new_weight[changed & new_mask] = 0
+    new_velocity = None
+    if velocity is not None:
+        if velocity.shape != mask.shape:
+            raise ValueError(f"velocity.shape={tuple(velocity.shape)} must be {tuple(mask.shape)}")
+        new_velocity = velocity.clone()
+        if config.reset_momentum:
+            new_velocity[changed] = 0
+    new_state = reference._next_state(state, host_mask, new_mask.cpu().numpy(), config)
+    return reference.Evolution(
+        mask=new_mask,
+        weight=new_weight,
+        velocity=new_velocity,
+        state=new_state,
+        candidates=candidates,
+        selected=selected,
+        reduction=scored.reduction,
+        scores=scores,
+        budget=budget,
+    )
