@@ -27,7 +27,7 @@ def test_manifest_lists_every_file_and_digests_match():
     manifest = json.loads((VECTORS / "manifest.json").read_text())
     listed = {entry["file"] for entry in manifest["vectors"]}
     assert listed == {path.name for path in VECTORS.glob("*.npz")}
-    assert len(list(load_vectors(VECTORS))) == len(listed) >= 20
+    assert len(list(load_vectors(VECTORS))) == len(listed) >= 26
 
 
 def test_generator_reproduces_the_stored_arrays():
@@ -38,6 +38,8 @@ def test_generator_reproduces_the_stored_arrays():
         with np.load(io.BytesIO(files[entry["file"]]), allow_pickle=False) as fresh:
             np.testing.assert_array_equal(fresh["input"], stored[entry["name"]].input)
             np.testing.assert_array_equal(fresh["expected"], stored[entry["name"]].expected)
+            for key, value in (stored[entry["name"]].extras or {}).items():
+                np.testing.assert_array_equal(fresh[key], value)
 
 
 def test_vectors_are_valid_and_bfloat16_inputs_are_representable():
@@ -45,6 +47,10 @@ def test_vectors_are_valid_and_bfloat16_inputs_are_representable():
         assert vector.expected.dtype == np.bool_
         if vector.function == "nm_mask":
             assert nmref.is_nm(vector.expected, vector.n, vector.m)
+        elif vector.function == "bimask.backward_mask":
+            forward = nmref.magnitude_mask(vector.input, vector.n, vector.m, layout=vector.layout)
+            assert not (vector.expected & ~forward).any()  # B is inside F
+            assert sorted(vector.extras["permutation"]) == list(range(vector.input.shape[0]))
         else:
             matrix = nmref.to_reduction_matrix(vector.expected, vector.layout)
             assert nmref.is_nm(matrix, vector.n, vector.m)
@@ -56,6 +62,15 @@ def test_vectors_are_valid_and_bfloat16_inputs_are_representable():
 def _nmref_fast(vector):
     if vector.function == "nm_mask":
         return nmref.nm_mask
+    if vector.function == "bimask.backward_mask":
+        from nmref import bimask
+
+        def backward(weights, n, m):
+            forward = bimask.forward_mask(weights, n, m, layout=vector.layout)
+            permutation = vector.extras["permutation"]
+            return bimask.backward_mask(weights, forward, permutation, n, m, layout=vector.layout)
+
+        return backward
     return lambda w, n, m: nmref.magnitude_mask(w, n, m, layout=vector.layout)
 
 

@@ -39,6 +39,8 @@ class GoldenVector:
     layout: str | None
     input: NDArray
     expected: NDArray
+    extras: dict[str, NDArray] | None = None
+    """Further stored inputs (e.g. ``permutation`` for Bi-Mask backward masks)."""
 
     def as_case(self) -> Case:
         """The vector as a kit :class:`Case`."""
@@ -79,6 +81,7 @@ def load_vectors(
         if verify_digests and file_digest(path) != entry["sha256"]:
             raise ValueError(f"{path.name}: SHA-256 differs from manifest.json; regenerate both")
         with np.load(path, allow_pickle=False) as arrays:
+            extras = {k: arrays[k] for k in arrays.files if k not in ("input", "expected")}
             yield GoldenVector(
                 entry["name"],
                 entry["function"],
@@ -88,6 +91,7 @@ def load_vectors(
                 entry.get("layout"),
                 arrays["input"],
                 arrays["expected"],
+                extras,
             )
 
 
@@ -123,6 +127,24 @@ def check_golden_vectors(
             got = impl(vector.input, vector.n, vector.m)
         except Exception as error:  # any exception on a stored valid input is a failure
             report.add(Failure("golden vectors", case, f"  raised {type(error).__name__}: {error}"))
+            continue
+        if vector.function not in ("nm_mask", "magnitude_mask"):
+            # Masks grouped other than along rows (e.g. Bi-Mask's backward mask): the first
+            # differing entry is the clearest report.
+            got_array = np.asarray(got)
+            failure = None
+            if got_array.shape != vector.expected.shape or not np.array_equal(
+                got_array.astype(vector.expected.dtype), vector.expected
+            ):
+                where = (
+                    tuple(int(i) for i in np.argwhere(got_array != vector.expected)[0])
+                    if got_array.shape == vector.expected.shape
+                    else f"shape {got_array.shape}"
+                )
+                failure = Failure(
+                    f"golden {vector.name}", case, f"  differs from the stored output at {where}"
+                )
+            report.add(failure)
             continue
         if vector.function == "magnitude_mask":
             keys = nmref.to_magnitudes(nmref.to_reduction_matrix(vector.input, vector.layout))

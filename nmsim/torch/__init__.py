@@ -37,6 +37,20 @@ def golden_implementation(vector, device: str = "cpu"):
         return numpy_adapter(
             magnitude_mask, device=device, dtype=vector.dtype, layout=vector.layout
         )
+    if vector.function == "bimask.backward_mask":
+        import torch
+
+        from . import bimask
+        from .adapters import torch_dtype
+
+        def backward(weights, n, m):
+            weight = torch.from_numpy(weights).to(device=device, dtype=torch_dtype(vector.dtype))
+            forward = magnitude_mask(weight, n, m, layout=vector.layout)
+            permutation = torch.from_numpy(vector.extras["permutation"]).to(device)
+            mask = bimask.backward_mask(weight, forward, permutation, n, m, layout=vector.layout)
+            return mask.cpu().numpy()
+
+        return backward
     return None
 
 

@@ -58,6 +58,54 @@ def expected_output(function: str, array: np.ndarray, n: int, m: int, layout: st
     return readable
 
 
+# (layout, dtype, kind, patterns): Bi-Mask backward masks for a stored random permutation.
+BIMASK_PLAN = [
+    ("linear", "float32", "tie_heavy", [(2, 4), (1, 4)]),
+    ("linear", "bfloat16", "random", [(2, 4)]),
+    ("channels", "float16", "tie_heavy", [(2, 4)]),
+]
+
+
+def bimask_vectors(files: dict[str, bytes], entries: list[dict]) -> None:
+    """Bi-Mask backward masks (``nmref.bimask.backward_mask``, rank="survivors")."""
+    from nmref.bimask import backward_mask, forward_mask
+    from nmref.testing.bimask import bimask_cases
+
+    for layout, dtype, kind, patterns in BIMASK_PLAN:
+        pairs = [
+            pair
+            for pair in bimask_cases(dtype, layout=layout, seed=2026)
+            if pair[0].kind == kind and (pair[0].n, pair[0].m) in patterns
+        ]
+        for pattern in patterns:
+            case, permutation = next(p for p in pairs if (p[0].n, p[0].m) == pattern)
+            forward = forward_mask(case.scores, case.n, case.m, layout=layout)
+            expected = backward_mask(
+                case.scores, forward, permutation, case.n, case.m, layout=layout
+            )
+            name = f"bimask_backward_{kind}_{dtype}_{case.n}of{case.m}_{layout}"
+            buffer = io.BytesIO()
+            np.savez_compressed(
+                buffer, input=case.scores, expected=expected, permutation=permutation
+            )
+            data = buffer.getvalue()
+            files[f"{name}.npz"] = data
+            entries.append(
+                {
+                    "name": name,
+                    "file": f"{name}.npz",
+                    "function": "bimask.backward_mask",
+                    "n": case.n,
+                    "m": case.m,
+                    "dtype": dtype,
+                    "layout": layout,
+                    "kind": kind,
+                    "shape": list(case.scores.shape),
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                }
+            )
+
+
 def build() -> tuple[dict[str, bytes], dict]:
     """All vector files (name -> bytes) and the manifest."""
     files: dict[str, bytes] = {}
@@ -89,10 +137,14 @@ def build() -> tuple[dict[str, bytes], dict]:
                     "sha256": hashlib.sha256(data).hexdigest(),
                 }
             )
+    bimask_vectors(files, entries)
     manifest = {
         "schema_version": 1,
         "generator": "specs/vectors/make_vectors.py",
-        "expected_by": "nmref.nm_mask_reference (readable), equal to the fast path",
+        "expected_by": (
+            "masks: nmref.nm_mask_reference (readable), equal to the fast path; "
+            "Bi-Mask: nmref.bimask.backward_mask (forward mask by nmref.bimask.forward_mask)"
+        ),
         "note": "bfloat16 inputs are stored as their exact float32 upcast",
         "vectors": entries,
     }
