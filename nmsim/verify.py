@@ -122,6 +122,9 @@ def run_verify(
                 failures.append(report)
         else:
             print(f"golden vectors: no manifest.json in {directory} (not checked)", file=out)
+    if not rows:
+        names = ", ".join(conformance.SUITES)
+        raise ValueError(f"--only {only!r} matches no suite (suites: {names}, golden vectors)")
     print(
         f"nmsim verify: torch {torch.__version__}, device {device_name}"
         + (f" ({torch.cuda.get_device_name(torch_device)})" if torch_device.type == "cuda" else ""),

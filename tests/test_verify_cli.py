@@ -60,3 +60,8 @@ def test_verify_quick_over_every_suite_passes_with_zero_mismatches():
     for name in conformance.SUITES:
         assert name in text
     assert "golden vectors" in text and ", 0 mismatches" in text
+
+
+def test_only_that_matches_nothing_is_a_usage_error(capsys):
+    assert main(["verify", "--only", "no such suite"]) == 2
+    assert "matches no suite" in capsys.readouterr().err

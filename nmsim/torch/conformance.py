@@ -9,6 +9,7 @@ An algorithm added to the torch path registers its suite here with
 from __future__ import annotations
 
 import functools
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -289,3 +290,31 @@ def _register_bame() -> None:
 
 
 _register_bame()
+
+
+def _transposable(method: str, dtype: str, device: str, quick: bool) -> Report:
+    from nmref.testing.transposable import check_transposable_mask
+
+    from . import transposable
+
+    def impl(scores, n, m):
+        tensor = torch.from_numpy(scores).to(device)
+        if dtype == "bfloat16":
+            tensor = tensor.to(torch.bfloat16)
+        return transposable.transposable_mask(tensor, n, m, method=method).cpu().numpy()
+
+    return check_transposable_mask(
+        impl, method=method, dtype=dtype, quick=quick, raise_on_failure=False
+    )
+
+
+# Without nmref.transposable the kit can check validity only; the row name says so.
+_TRANSPOSABLE_SUFFIX = "" if importlib.util.find_spec("nmref.transposable") else " (validity)"
+for _method in ("exact", "greedy", "greedy-prune"):
+    register(
+        Suite(
+            f"transposable_mask[{_method}]{_TRANSPOSABLE_SUFFIX}",
+            ("float16", "bfloat16", "float32", "int8"),
+            functools.partial(_transposable, _method),
+        )
+    )

@@ -19,9 +19,12 @@ product and one for the sum).
 
 ``method="bimask"`` (Zhang et al. 2023; ``specs/bimask.md`` §6): ``Y`` with
 ``F``, ``dX`` with the backward mask ``B`` of the layer's row permutation
-(``update_permutation``), ``dW`` dense plus SR-STE on ``1 − F``. Methods from
-other nmref modules (``"transposable"``, ``"bame"``) plug into :data:`METHODS`
-when their module is present.
+(``update_permutation``), ``dW`` dense plus SR-STE on ``1 − F``.
+
+``method="transposable"`` (Hubara et al. 2021): ``E`` is the exact transposable
+mask of ``|W|`` (tiles of ``m`` output x ``m`` input channels, ``m <= 5``), so
+``dX = dY (E ⊙ W)`` is N:M along its own reduction axis too; ``dW`` as SR-STE.
+Other methods plug into :data:`METHODS`.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ __all__ = [
     "SRSTE_DEFAULT_DECAY",
     "BiMaskConv2dFunction",
     "BiMaskLinearFunction",
+    "GivenMaskWeight",
     "MaskedWeight",
     "SparseConv2d",
     "SparseLinear",
@@ -52,6 +56,7 @@ __all__ = [
     "sparse_weight",
     "sparsify",
     "srste_gradient",
+    "transposable_weight_mask",
 ]
 
 SRSTE_DEFAULT_DECAY = 2e-4  # λ_W of the released SR-STE code (decay=0.0002)
@@ -174,11 +179,54 @@ def _srste(weight: torch.Tensor, pattern: Pattern, layout: Layout | None, decay:
     return MaskedWeight.apply(weight, pattern.n, pattern.m, layout, decay)
 
 
+class GivenMaskWeight(torch.autograd.Function):
+    """``W~ = E ⊙ W`` for a given mask ``E``; SR-STE/STE backward (``decay`` 0 is STE)."""
+
+    @staticmethod
+    def forward(ctx, weight, mask, decay):  # type: ignore[override]
+        ctx.save_for_backward(weight, mask)
+        ctx.decay = decay
+        return torch.where(mask, weight, torch.zeros_like(weight))
+
+    @staticmethod
+    def backward(ctx, grad_sparse):  # type: ignore[override]
+        weight, mask = ctx.saved_tensors
+        return srste_gradient(grad_sparse, weight, mask, ctx.decay), None, None
+
+
+def transposable_weight_mask(
+    weight: torch.Tensor, n: int, m: int, *, layout: Layout | None = None, method: str = "exact"
+) -> torch.Tensor:
+    """Transposable N:M mask of ``|w|`` through the weight's layout (``specs/transposable.md``
+    T1): tiles span ``m`` output channels x ``m`` input channels (at one kernel tap for
+    ``"channels"``), so both the forward and the input-gradient GEMM see N:M groups."""
+    from nmref.layouts import default_layout
+
+    from .layouts import from_reduction_matrix, to_reduction_matrix
+    from .transposable import transposable_mask
+
+    resolved = default_layout(weight.dim()) if layout is None else layout
+    if resolved == "channels" and weight.shape[0] % m:
+        raise ValueError(
+            f"out={weight.shape[0]} must be a multiple of m={m}: a tile would straddle two "
+            "kernel taps"
+        )
+    magnitudes = to_reduction_matrix(weight.detach(), resolved).abs()
+    mask = transposable_mask(magnitudes, n, m, method=method)
+    return from_reduction_matrix(mask, tuple(weight.shape), resolved)
+
+
+def _transposable(weight: torch.Tensor, pattern: Pattern, layout: Layout | None, decay: float):
+    mask = transposable_weight_mask(weight, pattern.n, pattern.m, layout=layout)
+    return GivenMaskWeight.apply(weight, mask, decay), mask
+
+
 # method -> f(weight, pattern, layout, decay) -> (sparse weight, mask). Methods from other
-# nmref modules (transposable, Bi-Mask, BAME) register here when those modules exist.
+# nmref modules register here when those modules exist.
 METHODS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
     "ste": _ste,
     "srste": _srste,
+    "transposable": _transposable,
 }
 
 
@@ -252,13 +300,13 @@ class _SparseMixin:
                 f"reduction length {length} of weight {tuple(self.weight.shape)} "
                 f"(layout={layout!r}) must be a multiple of m={self.pattern.m}"
             )
+        out_channels = self.weight.shape[0]
+        if method in ("bimask", "transposable") and out_channels % self.pattern.m:
+            raise ValueError(
+                f"method={method!r} groups m={self.pattern.m} output channels in the backward "
+                f"GEMM; out={out_channels} must be a multiple of m"
+            )
         if method == "bimask":
-            out_channels = self.weight.shape[0]
-            if out_channels % self.pattern.m:
-                raise ValueError(
-                    f"method='bimask' groups m={self.pattern.m} output channels in the backward "
-                    f"mask; out={out_channels} must be a multiple of m"
-                )
             self.register_buffer(
                 "permutation", torch.arange(out_channels, device=self.weight.device)
             )
@@ -274,6 +322,9 @@ class _SparseMixin:
     @torch.no_grad()
     def mask(self) -> torch.Tensor:
         """The current forward mask ``E`` (bool, shape of the weight)."""
+        if self.method == "transposable":
+            n, m = self.pattern
+            return transposable_weight_mask(self.weight, n, m, layout=self.layout)
         return magnitude_mask(self.weight, self.pattern.n, self.pattern.m, layout=self.layout)
 
     @torch.no_grad()
@@ -522,7 +573,7 @@ def sparsify(
         if length % parsed.m:
             skipped.append((name, f"reduction length {length} is not a multiple of m={parsed.m}"))
             continue
-        if method == "bimask" and module.weight.shape[0] % parsed.m:
+        if method in ("bimask", "transposable") and module.weight.shape[0] % parsed.m:
             skipped.append(
                 (name, f"{module.weight.shape[0]} output channels: not a multiple of m={parsed.m}")
             )

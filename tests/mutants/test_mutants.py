@@ -117,3 +117,12 @@ def test_bame_mutants_are_rejected():
         mutants.bame_blocks_in_reverse_index_order, raise_on_failure=False
     )
     assert not selection.ok, selection.summary()
+
+
+@pytest.mark.parametrize("name", ["transposable_greedy_that_under_fills", "transposable_rows_only"])
+def test_transposable_mutants_are_rejected(name):
+    from nmref.testing.transposable import check_transposable_mask
+
+    report = check_transposable_mask(getattr(mutants, name), method="exact", raise_on_failure=False)
+    assert not report.ok, report.summary()
+    assert "spec T1" in str(report)

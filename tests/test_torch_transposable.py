@@ -1,0 +1,226 @@
+"""Transposable masks on the torch path against independent oracles (specs/transposable.md
+T1, T3-T5), and against nmref.transposable bit for bit when that module is present."""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nmref.testing.strategies import weights
+
+torch = pytest.importorskip("torch")
+from nmsim.torch import transposable as tt  # noqa: E402
+from nmsim.torch.adapters import torch_dtype  # noqa: E402
+
+
+def _exact(value) -> Fraction:
+    return (
+        Fraction(float(value)) if isinstance(value, float | np.floating) else Fraction(int(value))
+    )
+
+
+def oracle_tile(tile: np.ndarray, n: int) -> np.ndarray:
+    """All m x m 0/1 matrices with row and column sums n; the max of (exact sum, keep bits)."""
+    m = tile.shape[0]
+    values = [[_exact(v) for v in row] for row in tile.tolist()]
+    best_key, best = None, None
+    for rows in itertools.product(itertools.combinations(range(m), n), repeat=m):
+        columns = [0] * m
+        for row in rows:
+            for j in row:
+                columns[j] += 1
+        if any(c != n for c in columns):
+            continue
+        keep = np.zeros((m, m), dtype=bool)
+        for i, row in enumerate(rows):
+            keep[i, list(row)] = True
+        total = sum((values[i][j] for i in range(m) for j in range(m) if keep[i, j]), Fraction(0))
+        key = (total, tuple(keep.ravel().tolist()))  # ties: greatest row-major keep bits
+        if best_key is None or key > best_key:
+            best_key, best = key, keep
+    return best
+
+
+def oracle_greedy_tile(tile: np.ndarray, n: int, prune_form: bool) -> np.ndarray:
+    m = tile.shape[0]
+    flat = [_exact(v) for v in tile.ravel().tolist()]
+    order = sorted(range(m * m), key=lambda k: (-flat[k], k))
+    rows, columns = [0] * m, [0] * m
+    if prune_form:
+        kept = np.ones(m * m, dtype=bool)
+        for k in reversed(order):
+            i, j = divmod(k, m)
+            if rows[i] < m - n or columns[j] < m - n:
+                kept[k] = False
+                rows[i] += 1
+                columns[j] += 1
+    else:
+        kept = np.zeros(m * m, dtype=bool)
+        for k in order:
+            i, j = divmod(k, m)
+            if rows[i] < n and columns[j] < n:
+                kept[k] = True
+                rows[i] += 1
+                columns[j] += 1
+    return kept.reshape(m, m)
+
+
+def oracle(scores: np.ndarray, n: int, m: int, method: str) -> np.ndarray:
+    mask = np.zeros(scores.shape, dtype=bool)
+    for a in range(0, scores.shape[0], m):
+        for b in range(0, scores.shape[1], m):
+            tile = scores[a : a + m, b : b + m]
+            if method == "exact":
+                mask[a : a + m, b : b + m] = oracle_tile(tile, n)
+            else:
+                mask[a : a + m, b : b + m] = oracle_greedy_tile(tile, n, method == "greedy-prune")
+    return mask
+
+
+@st.composite
+def tiled(draw, max_m=4):
+    m = draw(st.integers(1, max_m))
+    n = draw(st.integers(0, m))
+    dtype = draw(st.sampled_from(["float16", "bfloat16", "float32", "float64", "int8"]))
+    kind = draw(st.sampled_from(["tie_heavy", "tie_free", "zeros", "random"]))
+    shape = (m * draw(st.integers(1, 2)), m * draw(st.integers(1, 2)))
+    return draw(weights(shape, dtype_name=dtype, kind=kind)), n, m, dtype
+
+
+def _run(scores, n, m, dtype, method):
+    tensor = torch.from_numpy(scores).to(torch_dtype(dtype))
+    return tt.transposable_mask(tensor, n, m, method=method).numpy()
+
+
+@given(tiled(), st.sampled_from(["exact", "greedy", "greedy-prune"]))
+def test_equals_the_independent_oracles(case, method):
+    scores, n, m, dtype = case
+    scores = (
+        np.where(np.isfinite(scores), scores, 0).astype(scores.dtype)
+        if scores.dtype.kind == "f"
+        else scores
+    )
+    got = _run(scores, n, m, dtype, method)
+    np.testing.assert_array_equal(got, oracle(scores, n, m, method))
+    assert tt.is_transposable(torch.from_numpy(got), n, m, exact=method == "exact")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_huge_exponent_spreads_take_the_exact_host_path(dtype):
+    """1e-30 next to 1.0: units would need > 49 bits, so the tile is solved with rationals."""
+    scores = torch.tensor(
+        [
+            [1.0, 1.0, 1e-30, 0.0],
+            [1e-30, 1.0, 1.0, 0.0],
+            [0.0, 1e-30, 1.0, 1.0],
+            [1.0, 0.0, 1e-30, 1.0],
+        ],
+        dtype=dtype,
+    )
+    _, fits = tt._exact_units(tt._to_tiles(scores, 4), 49)
+    assert not bool(fits.any())
+    got = tt.transposable_mask(scores, 2, 4).numpy()
+    np.testing.assert_array_equal(got, oracle(scores.numpy(), 2, 4, "exact"))
+    # float64 noise: 53-bit significands rarely fit; the answer is still exact.
+    noise = torch.from_numpy(np.random.default_rng(0).standard_normal((8, 8)))
+    np.testing.assert_array_equal(
+        tt.transposable_mask(noise.abs(), 2, 4).numpy(), oracle(noise.abs().numpy(), 2, 4, "exact")
+    )
+
+
+def test_published_greedy_tile_keeps_seven_and_exact_keeps_eight():
+    tile = torch.tensor([[3.0, 12, 4, 11], [1, 5, 8, 6], [15, 13, 7, 10], [14, 9, 2, 16]])
+    greedy = tt.transposable_mask(tile, 2, 4, method="greedy")
+    assert greedy.tolist() == [[0, 1, 0, 1], [0, 0, 1, 0], [1, 1, 0, 0], [1, 0, 0, 1]]
+    assert int(greedy.sum()) == 7 and tt.is_transposable(greedy, 2, 4, exact=False)
+    assert int(tt.transposable_mask(tile, 2, 4).sum()) == 8
+    assert tt.transposable_mask(torch.zeros(4, 4), 2, 4).tolist() == [
+        [1, 1, 0, 0],
+        [1, 1, 0, 0],
+        [0, 0, 1, 1],
+        [0, 0, 1, 1],
+    ]
+
+
+def test_patterns_are_canonical_and_counted():
+    assert [len(tt.transposable_patterns(n, 4)) for n in range(5)] == [1, 24, 90, 24, 1]
+    bits = tt.transposable_patterns(2, 4).reshape(90, 16).int().tolist()
+    assert bits == sorted(bits, reverse=True)  # descending row-major keep bits
+
+
+def test_errors():
+    with pytest.raises(ValueError, match="multiples of m=4"):
+        tt.transposable_mask(torch.zeros(4, 6), 2, 4)
+    with pytest.raises(ValueError, match="NaN"):
+        tt.transposable_mask(torch.full((4, 4), float("nan")), 2, 4)
+    with pytest.raises(ValueError, match="inf"):
+        tt.transposable_mask(torch.full((4, 4), float("inf")), 2, 4)
+    with pytest.raises(ValueError, match="m <= 5"):
+        tt.transposable_mask(torch.zeros(8, 8), 4, 8, method="exact")
+    with pytest.raises(ValueError, match="method="):
+        tt.transposable_mask(torch.zeros(4, 4), 2, 4, method="flow")
+
+
+@pytest.mark.parametrize("method", ["exact", "greedy", "greedy-prune"])
+def test_equals_nmref_transposable_when_present(method):
+    reference = pytest.importorskip("nmref.transposable")
+    rng = np.random.default_rng(3)
+    for scores in (
+        rng.integers(0, 3, (16, 16)).astype(np.float32),
+        np.abs(rng.standard_normal((16, 24))).astype(np.float32),
+    ):
+        for n in (1, 2, 3):
+            expected = reference.transposable_mask(scores, n, 4, method=method)
+            got = tt.transposable_mask(torch.from_numpy(scores), n, 4, method=method).numpy()
+            np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("layer", ["linear", "conv"])
+def test_transposable_layers_follow_the_per_gemm_contract(layer):
+    """Y and dX use the same transposable mask E (so dX's GEMM is N:M too); dW is SR-STE."""
+    import nmsim.torch as nt
+
+    generator = torch.Generator().manual_seed(0)
+    if layer == "linear":
+        module = nt.SparseLinear(
+            8, 8, bias=False, method="transposable", decay=0.25, dtype=torch.float64
+        )
+        inputs = torch.randint(-3, 4, (5, 8), generator=generator).double().requires_grad_(True)
+    else:
+        module = nt.SparseConv2d(
+            8, 8, 1, bias=False, method="transposable", decay=0.25, dtype=torch.float64
+        )
+        inputs = (
+            torch.randint(-3, 4, (5, 8, 1, 1), generator=generator).double().requires_grad_(True)
+        )
+    with torch.no_grad():
+        module.weight.copy_(torch.randint(-3, 4, module.weight.shape, generator=generator).double())
+    weight = module.weight.detach().reshape(8, 8)
+    mask = tt.transposable_mask(weight.abs(), 2, 4)
+    assert torch.equal(module.mask().reshape(8, 8), mask)
+    assert tt.is_transposable(mask, 2, 4)
+    out = module(inputs)
+    grad_out = torch.randint(-3, 4, out.shape, generator=generator).double()
+    out.backward(grad_out)
+    x, dy = inputs.detach().reshape(5, 8), grad_out.reshape(5, 8)
+    sparse = torch.where(mask, weight, 0.0)
+    assert torch.equal(out.detach().reshape(5, 8), x @ sparse.T)
+    assert torch.equal(inputs.grad.reshape(5, 8), dy @ sparse)
+    expected = torch.where(mask, dy.T @ x, dy.T @ x + 0.25 * weight)
+    assert torch.equal(module.weight.grad.reshape(8, 8), expected)
+
+
+def test_sparsify_transposable_skips_layers_whose_outputs_do_not_fill_tiles():
+    import nmsim.torch as nt
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 6))
+    result = nt.sparsify(model, "transposable", "2:4")
+    assert result.replaced == ("0",)
+    assert result.skipped == (("1", "6 output channels: not a multiple of m=4"),)
+    with pytest.raises(ValueError, match="out=6 must be a multiple of m"):
+        nt.SparseLinear(8, 6, method="transposable")
