@@ -6,6 +6,7 @@ this run, with a baseline from the same run:
 * ``nm_mask`` 2:4 / 4:8 (rank counting) vs ``torch.topk`` on the same device
   (the baseline is *not* tie-compatible with the spec; it is the speed bar);
 * ``magnitude_mask`` on bfloat16 vs float32;
+* transposable masks (exact 2:4 by batched enumeration, greedy 4:8) vs the 1-D mask;
 * Bi-Mask ``score_permutations`` (K candidates, batched) vs nmref's Numba
   kernel on the CPU.
 
@@ -29,7 +30,7 @@ import torch
 
 import nmref.bimask
 import nmsim.torch as nt
-from nmsim.torch import bimask
+from nmsim.torch import bimask, transposable
 
 
 def timed(function, device: torch.device, repeats: int) -> float:
@@ -82,6 +83,16 @@ def main(argv: list[str] | None = None) -> int:
     ours = timed(lambda: nt.magnitude_mask(bf16, 2, 4), device, args.repeats)
     base = timed(lambda: nt.magnitude_mask(weights, 2, 4), device, args.repeats)
     rows.append(("magnitude_mask 2:4 bfloat16", ours, base, "same on float32"))
+    ours = timed(lambda: transposable.transposable_mask(magnitudes, 2, 4), device, args.repeats)
+    base = timed(lambda: nt.magnitude_mask(weights, 2, 4), device, args.repeats)
+    rows.append(("transposable exact 2:4 (90 patterns)", ours, base, "1-D magnitude_mask 2:4"))
+    ours = timed(
+        lambda: transposable.transposable_mask(magnitudes, 4, 8, method="greedy"),
+        device,
+        args.repeats,
+    )
+    base = timed(lambda: nt.magnitude_mask(weights, 4, 8), device, args.repeats)
+    rows.append(("transposable greedy 4:8", ours, base, "1-D magnitude_mask 4:8"))
 
     forward = nt.magnitude_mask(weights, 2, 4)
     rng = np.random.default_rng(0)
