@@ -178,7 +178,7 @@ def default_parameters() -> GemmParameters:
     """The calibrated parameters shipped in ``nmsim/data/gemm_parameters.toml``.
 
     They are written by ``nmsim calibrate --write`` from the training split of
-    ``nmsim/data/calibration.csv``; a test refits and compares.
+    ``nmsim/data/calibration.toml``; a test refits and compares.
     """
     text = resources.files("nmsim").joinpath("data/gemm_parameters.toml").read_text("utf-8")
     raw = tomllib.loads(text)
