@@ -279,3 +279,25 @@ def test_layers_from_torch_traces_convs_linears_and_the_rest() -> None:
     report = training_flops(layers, "srste", "2:4", options=MethodOptions(
         keep_dense_roles=("stem", "head", "other")), model_name="net")
     assert report.model == "net" and report.ratio < 1
+
+
+def test_layers_from_torch_never_drops_untraced_work_that_does_not_divide_by_the_batch() -> None:
+    """Regression: 105 weight-only MACs with batch 2 used to vanish from the table silently."""
+    torch = pytest.importorskip("torch")
+    from nmsim.models import layers_from_torch
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.left = torch.nn.Parameter(torch.ones(3, 5))
+            self.right = torch.nn.Parameter(torch.ones(5, 7))
+            self.proj = torch.nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            merged = self.left @ self.right  # (3, 7): independent of the batch
+            return self.proj(x) + merged.sum()
+
+    with pytest.raises(ValueError, match=r"105 untraced MACs .* not divisible by batch=2"):
+        layers_from_torch(Net(), torch.zeros(2, 8))
+    layers = layers_from_torch(Net(), torch.zeros(1, 8))
+    assert sum(layer.macs for layer in layers) == 8 * 4 + 105
