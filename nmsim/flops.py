@@ -46,6 +46,7 @@ __all__ = [
     "MethodOptions",
     "Phase",
     "assumption_table",
+    "bame_update_overhead",
     "gemm_densities",
     "hardware_density",
     "inference_density",
@@ -200,6 +201,42 @@ def method_phases(method: str, pattern: str | Pattern, options: MethodOptions | 
         return (Phase("all sparse", 1.0, GemmDensities(rho, rho, rho),
                       sparse_weight_gradient=True),)
     raise ValueError(f"method={method!r} is unknown; known methods: {', '.join(METHODS)}")
+
+
+def bame_update_overhead(total_steps: int, config: object, candidate_fraction: float = 1.0
+                         ) -> float:
+    """``MethodOptions.bame_update_overhead`` implied by a BAME schedule: ``p = c U / S``.
+
+    ``nmref.bame`` computes, besides the kept entries, every weight-gradient entry of every
+    candidate block at each update step (``specs/bame.md`` §3.6), a dense-dW share of
+    ``n/m + (1 - n/m) c U / S`` over ``S = total_steps`` steps with ``U`` update steps and
+    mean candidate fraction ``c``. That is this module's ``rho + p (1 - rho)`` with the
+    returned ``p``, so ``MethodOptions(bame_update_overhead=p)`` charges exactly the weight
+    gradient the reference implementation computes (``nmref.bame.weight_gradient_fraction``).
+
+    Parameters
+    ----------
+    total_steps : int
+        Optimizer steps of the run, >= 1.
+    config : nmref.bame.BameConfig
+        The schedule (``t_i``, ``t_f``, ``update_interval``).
+    candidate_fraction : float
+        Mean share of blocks that are candidates at an update step, in [0, 1] (1 while
+        nothing is frozen).
+
+    Examples
+    --------
+    >>> from nmref.bame import BameConfig
+    >>> bame_update_overhead(6, BameConfig(2, 4, t_i=0, t_f=4, update_interval=2))
+    0.3333333333333333
+    """
+    from nmref.bame import BameConfig, update_steps, weight_gradient_fraction
+
+    if not isinstance(config, BameConfig):
+        raise TypeError(f"config={config!r} must be an nmref.bame.BameConfig")
+    # Validates total_steps and candidate_fraction with the reference's own messages.
+    weight_gradient_fraction(total_steps, config, candidate_fraction)
+    return float(candidate_fraction) * len(update_steps(total_steps, config)) / total_steps
 
 
 def inference_density(method: str, pattern: str | Pattern) -> float:

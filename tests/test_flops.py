@@ -301,3 +301,28 @@ def test_layers_from_torch_never_drops_untraced_work_that_does_not_divide_by_the
         layers_from_torch(Net(), torch.zeros(2, 8))
     layers = layers_from_torch(Net(), torch.zeros(1, 8))
     assert sum(layer.macs for layer in layers) == 8 * 4 + 105
+
+
+def test_bame_overhead_from_a_schedule_charges_what_nmref_bame_computes() -> None:
+    """dW density rho + p (1 - rho) with p from the schedule == nmref.bame's own fraction."""
+    from nmref.bame import BameConfig, weight_gradient_fraction
+    from nmsim.flops import bame_update_overhead
+
+    layers = model_layers("llama-mlp", tokens=8)
+    for n, m, steps, (t_i, t_f, interval), candidates in [
+        (2, 4, 6, (0, 4, 2), 1.0), (1, 4, 1140, (0, 855, 20), 1.0),
+        (1, 16, 1000, (10, 700, 7), 0.4), (2, 8, 50, (60, 90, 5), 1.0),  # no update step
+    ]:
+        config = BameConfig(n, m, t_i=t_i, t_f=t_f, update_interval=interval)
+        p = bame_update_overhead(steps, config, candidates)
+        expected = weight_gradient_fraction(steps, config, candidates)
+        (phase,) = method_phases("bame", f"{n}:{m}", MethodOptions(bame_update_overhead=p))
+        assert phase.densities.weight_grad == pytest.approx(expected, rel=1e-12)
+        report = training_flops(layers, "bame", f"{n}:{m}", options=MethodOptions(
+            keep_dense_roles=(), bame_update_overhead=p))
+        assert report.per_gemm_macs["weight_grad"] == pytest.approx(
+            expected * sum(layer.macs for layer in layers), rel=1e-12)
+    with pytest.raises(TypeError, match=r"must be an nmref\.bame\.BameConfig"):
+        bame_update_overhead(10, {"t_i": 0})
+    with pytest.raises(ValueError, match="total_steps=0"):
+        bame_update_overhead(0, BameConfig(2, 4))
