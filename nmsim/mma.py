@@ -119,6 +119,19 @@ def _check_accumulate(kind: str, accumulate: str | None) -> str:
     return accumulate
 
 
+def _check_options(accumulate: str, saturate: object, tf32_inputs: object) -> None:
+    """Reject options that would otherwise be ignored for these inputs."""
+    if tf32_inputs not in TF32_INPUTS:
+        raise ValueError(f"tf32_inputs must be one of {TF32_INPUTS}, got {tf32_inputs!r}")
+    if not isinstance(saturate, (bool, np.bool_)):
+        raise TypeError(f"saturate={saturate!r} must be a bool")
+    if saturate and accumulate != "int32":
+        raise ValueError(
+            f"saturate=True applies to int32 accumulation only (PTX .satfinite on s32); "
+            f"accumulate={accumulate!r} rounds to the float type"
+        )
+
+
 def _round_to_accumulator(exact: np.ndarray, accumulate: str, saturate: bool) -> np.ndarray:
     if accumulate == "int32":
         if saturate:
@@ -211,7 +224,8 @@ def mma_sp(
         Accumulator type; defaults to "int32" for int8 and "fp32" otherwise. "fp16" is
         allowed for fp16 inputs only (as in PTX).
     saturate : bool
-        int32 only: clamp to the int32 range (PTX ``.satfinite``) instead of wrapping.
+        int32 only (``ValueError`` otherwise): clamp to the int32 range (PTX
+        ``.satfinite``) instead of wrapping.
     tf32_inputs : {"keep", "truncate", "round"}
         fp32 only: use the fp32 inputs as they are (default) or reduce both operands to TF32
         first (see :func:`tf32_round`).
@@ -226,7 +240,8 @@ def mma_sp(
     TypeError
         Wrong dtypes of ``values``, ``b`` or ``c``.
     ValueError
-        Shapes that disagree; invalid metadata; an accumulator PTX does not offer.
+        Shapes that disagree; invalid metadata; an accumulator PTX does not offer; an
+        unknown ``tf32_inputs``; ``saturate=True`` with a float accumulator.
 
     Notes
     -----
@@ -260,6 +275,7 @@ def mma_sp(
             f"{values.dtype} with shape {values.shape}"
         )
     accumulate = _check_accumulate(kind, accumulate)
+    _check_options(accumulate, saturate, tf32_inputs)
     rows, columns = values.shape[0], 2 * values.shape[1]
     b = _check_b(b, kind, columns)
     c = _check_c(c, (rows, b.shape[1]), accumulate)
@@ -308,6 +324,7 @@ def accumulation_error_bound(
     accumulate = _check_accumulate(kind, accumulate)
     if accumulate == "int32":
         raise ValueError("integer accumulation is exact: the bound is 0")
+    _check_options(accumulate, False, tf32_inputs)
     spec = format_spec(kind)
     b = _check_b(b, kind, 2 * np.shape(values)[1])
     positions = metadata_to_positions(metadata, dtype_kind=kind, layout=layout)

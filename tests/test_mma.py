@@ -431,3 +431,19 @@ def test_pipeline_from_nmref_mask() -> None:
     np.testing.assert_array_equal(
         mma_sp(values, metadata, activations), expected.astype(np.float32)
     )
+
+
+def test_options_that_do_not_apply_are_rejected_not_ignored() -> None:
+    """Regression: a misspelt tf32_inputs with fp16 values, or saturate=True with a float
+    accumulator, used to be accepted and silently ignored."""
+    a = np.zeros((32, 32), dtype=np.float16)
+    values, metadata = compress_2to4(a, dtype_kind="fp16")
+    b = np.zeros((32, 8), dtype=np.float16)
+    with pytest.raises(ValueError, match="tf32_inputs must be one of"):
+        mma_sp(values, metadata, b, tf32_inputs="rnd")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="tf32_inputs must be one of"):
+        accumulation_error_bound(values, metadata, b, tf32_inputs="rnd")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="saturate=True applies to int32 accumulation only"):
+        mma_sp(values, metadata, b, saturate=True)
+    with pytest.raises(TypeError, match="saturate=1 must be a bool"):
+        mma_sp(values, metadata, b, saturate=1)  # type: ignore[arg-type]
