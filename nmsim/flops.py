@@ -29,6 +29,8 @@ Mishra et al. 2021 (ASP). Research notes: ``bimask.md`` §5, ``bame.md`` §4.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -428,8 +430,11 @@ def training_flops(
     opts = options if options is not None else MethodOptions()
     if accounting not in ("ideal", "hardware"):
         raise ValueError(f"accounting={accounting!r} must be 'ideal' or 'hardware'")
-    if examples <= 0 or epochs <= 0:
-        raise ValueError(f"examples={examples} and epochs={epochs} must be > 0")
+    for label, count in (("examples", examples), ("epochs", epochs)):
+        if isinstance(count, bool) or not isinstance(count, numbers.Real):
+            raise TypeError(f"{label}={count!r} must be a number")
+        if not (0 < count < math.inf):  # also rejects NaN
+            raise ValueError(f"{label}={count} must be finite and > 0")
     nm = parse_pattern(pattern)
     if isinstance(model, str):
         layers: tuple[Layer, ...] = model_layers(model)

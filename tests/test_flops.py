@@ -218,6 +218,8 @@ def test_phases_sum_to_one_and_asp_has_a_dense_phase() -> None:
     (lambda: MethodOptions(bame_window=1.5), "bame_window=1.5"),
     (lambda: MethodOptions(keep_dense_roles=("classifier",)), "'classifier' is not one of"),
     (lambda: training_flops("resnet50", "dense", epochs=0), "epochs=0"),
+    (lambda: training_flops("resnet50", "dense", epochs=math.nan), "epochs=nan"),
+    (lambda: training_flops("resnet50", "dense", examples=math.inf), "examples=inf"),
 ])
 def test_bad_input_is_named(call: object, match: str) -> None:
     with pytest.raises(ValueError, match=match):
