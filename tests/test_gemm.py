@@ -6,6 +6,7 @@ import itertools
 import json
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -293,3 +294,20 @@ def test_docstring_examples_hold() -> None:
     for module in (nmsim.gemm, nmsim.hardware, nmsim.flops, nmsim.models):
         result = doctest.testmod(module)
         assert result.failed == 0 and result.attempted > 0, module.__name__
+
+
+@pytest.mark.parametrize(("gemm_dtype", "format_kind"), [("fp16", "fp16"), ("bf16", "bf16"),
+                                                          ("int8", "int8"), ("tf32", "fp32")])
+def test_metadata_bits_agree_with_the_bit_exact_format(gemm_dtype: str, format_kind: str) -> None:
+    """hardware.md §2 tags the metadata cost [M, derived]; nmsim.formats reproduces PyTorch's
+    converter bit for bit, so its word sizes pin the bits per kept value independently."""
+    from nmsim.formats import compress_2to4, format_spec
+    from nmsim.gemm import metadata_bits_per_kept
+
+    spec = format_spec(format_kind)
+    kept_per_word = spec.dense_columns_per_word * spec.kept_per_group // spec.group_size
+    bits = 8 * spec.metadata_dtype.itemsize / kept_per_word
+    assert metadata_bits_per_kept(gemm_dtype) == bits
+    dense = np.zeros((spec.row_multiple, spec.column_multiple), dtype=spec.storage_dtype)
+    values, metadata = compress_2to4(dense, dtype_kind=format_kind)  # type: ignore[arg-type]
+    assert metadata.nbytes * 8 == values.size * bits
