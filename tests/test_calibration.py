@@ -40,6 +40,16 @@ def test_every_point_has_a_source_and_a_known_gpu() -> None:
             assert point.reason
 
 
+def test_only_read_sources_are_fitted_or_checked() -> None:
+    """hardware.md tags rows [R] (read in the source) or [M] (memory; must be checked first):
+    an [M] row may be kept for the record but never fitted, held out or used as a check."""
+    for point in load_points():
+        if point.role in ("train", "test", "check", "overhead"):
+            assert "[R]" in point.source and "[M]" not in point.source, point.id
+        if "[M]" in point.source:
+            assert point.role == "excluded", point.id
+
+
 def test_published_numbers_are_copied_faithfully() -> None:
     """Spot-check against hardware.md §3 rows 1-3 and 10."""
     by_id = {p.id: p for p in load_points()}
