@@ -506,7 +506,10 @@ def mma_sp_warp(
     ``A @ B + C`` computed as in :func:`mma_sp` (exact products, one rounding).
 
     Raises ``ValueError`` for a metadata nibble PTX calls invalid (undefined behaviour on
-    hardware) and for selectors or accumulators the shape does not offer.
+    hardware), for selectors or accumulators the shape does not offer and for fragments of
+    the wrong shape; ``TypeError`` for fragments whose dtype is not the element (``a``,
+    ``b``), accumulator (``c``) or ``uint32`` (``e``) type: registers hold bits, nothing is
+    cast.
     """
     k = _warp_k(shape)
     _check_selector(shape, selector)
@@ -514,6 +517,20 @@ def mma_sp_warp(
         raise ValueError(f"mma_sp_warp emulates fp16/bf16 inputs only, got {dtype_kind!r}")
     accumulate = _check_accumulate(dtype_kind, accumulate)  # type: ignore[assignment]
     spec = format_spec(dtype_kind)
+    # Registers hold bits: a fragment of another type would be cast numerically below.
+    expected = {
+        "a": (spec.storage_dtype, (WARP_SIZE, k // 4), dtype_kind),
+        "b": (spec.storage_dtype, (WARP_SIZE, k // 4), dtype_kind),
+        "c": (np.dtype(_ACCUMULATOR_DTYPES[accumulate]), (WARP_SIZE, 4),
+              f"accumulate={accumulate!r}"),
+        "e": (np.dtype(np.uint32), (WARP_SIZE,), "the metadata register"),
+    }
+    for name, (dtype, shape_expected, rule) in expected.items():
+        array = np.asarray(getattr(fragments, name))
+        if array.dtype != dtype:
+            raise TypeError(f"fragments.{name} has dtype {array.dtype}; {rule} needs {dtype}")
+        if array.shape != shape_expected:
+            raise ValueError(f"fragments.{name} must have shape {shape_expected} for {shape}")
     where = fragment_coordinates(shape)
     a_tile = np.zeros((16, k // 2), dtype=spec.storage_dtype)
     a_tile[where["a"][..., 0], where["a"][..., 1]] = fragments.a

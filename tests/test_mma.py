@@ -447,3 +447,23 @@ def test_options_that_do_not_apply_are_rejected_not_ignored() -> None:
         mma_sp(values, metadata, b, saturate=True)
     with pytest.raises(TypeError, match="saturate=1 must be a bool"):
         mma_sp(values, metadata, b, saturate=1)  # type: ignore[arg-type]
+
+
+def test_warp_fragments_of_another_type_are_rejected_not_cast() -> None:
+    """Regression: bf16 bit patterns (uint16) handed to mma_sp_warp as fp16 were cast
+    numerically (0x3F80 became 16256.0) and multiplied without complaint."""
+    one_bf16 = np.full((16, 16), 0x3F80, dtype=np.uint16)  # 1.0 in bf16
+    words = pack_nibbles(np.full((16, 8), 0x4, np.uint8), "bf16")
+    fragments = load_warp_fragments(
+        one_bf16, words, np.full((32, 8), 0x3F80, np.uint16), np.zeros((16, 8), np.float32),
+        shape="m16n8k32",
+    )  # fmt: skip
+    assert mma_sp_warp(fragments, shape="m16n8k32", dtype_kind="bf16")[0, 0] == 16.0
+    with pytest.raises(TypeError, match=r"fragments\.a has dtype uint16; fp16 needs float16"):
+        mma_sp_warp(fragments, shape="m16n8k32", dtype_kind="fp16")
+    with pytest.raises(TypeError, match=r"fragments\.c has dtype float32; accumulate='fp16'"):
+        mma_sp_warp(
+            WarpFragments(a=fragments.a.view(np.float16), b=fragments.b.view(np.float16),
+                          c=fragments.c, e=fragments.e),
+            shape="m16n8k32", dtype_kind="fp16", accumulate="fp16",
+        )  # fmt: skip
