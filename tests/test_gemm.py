@@ -248,7 +248,6 @@ def test_default_parameters_are_the_calibrated_ones() -> None:
 def hand_computed_time(gpu_key: str, m: int, n: int, k: int, sparse: bool,
                        tile: tuple[int, int], split: int, params: GemmParameters) -> float:
     """The formula of specs/gemm_model.md §3-4 written out for one configuration, fp16."""
-
     gpu = get_gpu(gpu_key)
     peak = gpu.peak("fp16")
     sms = int(gpu.sms.value)
