@@ -147,17 +147,21 @@ def test_more_work_is_never_faster(m: int, n: int, k: int, dm: int, dn: int, dk:
 
 @given(efficiency=st.floats(0.3, 1.0), sparse_ratio=st.floats(0.2, 1.0),
        memory=st.floats(0.3, 1.0), memory_ratio=st.floats(0.1, 1.0),
+       balanced=st.sampled_from([1.0, 16.0, 64.0, 256.0]), gpu=st.sampled_from(GPUS),
        shape=st.tuples(sizes, sizes, reduction))
 def test_two_x_bound_holds_for_any_valid_parameters(efficiency: float, sparse_ratio: float,
                                                      memory: float, memory_ratio: float,
+                                                     balanced: float, gpu: str,
                                                      shape: tuple[int, int, int]) -> None:
     params = GemmParameters(dense_compute_efficiency=efficiency,
                             sparse_compute_efficiency=efficiency * sparse_ratio,
                             dense_memory_efficiency=memory,
-                            sparse_memory_efficiency=memory * memory_ratio)
-    dense = gemm_time("a100", *shape, dtype="fp16", parameters=params)
-    sparse = gemm_time("a100", *shape, dtype="fp16", sparse="2:4", parameters=params)
+                            sparse_memory_efficiency=memory * memory_ratio,
+                            balanced_tile_intensity=balanced)
+    dense = gemm_time(gpu, *shape, dtype="fp16", parameters=params)
+    sparse = gemm_time(gpu, *shape, dtype="fp16", sparse="2:4", parameters=params)
     assert sparse.time_s >= dense.time_s / 2
+    assert sparse.compute_time_s >= dense.compute_time_s / 2
 
 
 # --------------------------------------------------------------------------- shape classes
