@@ -570,7 +570,17 @@ def metadata_register(
     stored = np.ascontiguousarray(stored_metadata)
     if stored.dtype.itemsize != 2 or stored.ndim != 2:
         raise ValueError("stored_metadata must be the 2-D int16 sm80 metadata of fp16/bf16")
-    rows = stored.shape[0]
+    rows, words = stored.shape
+    if rows % 32 or words % 2:
+        raise ValueError(
+            f"stored_metadata of shape {stored.shape} is not sm80 fp16/bf16 metadata: it needs "
+            "rows divisible by 32 and an even number of words per row"
+        )
+    if not (0 <= tile_row < rows // 16 and 0 <= tile_k < words // 2):
+        raise ValueError(
+            f"tile (tile_row={tile_row}, tile_k={tile_k}) is outside a {rows}-row matrix with "
+            f"{words // 2} k-tiles of 32 columns"
+        )
     if lane not in metadata_lanes("m16n8k32", selector):
         raise ValueError(f"lane {lane} carries no metadata with selector {selector}")
     row0 = 16 * tile_row

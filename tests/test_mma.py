@@ -364,6 +364,17 @@ def test_metadata_register_rejects_lanes_without_metadata() -> None:
         metadata_register(stored, tile_row=0, tile_k=0, lane=2)
 
 
+def test_metadata_register_rejects_tiles_outside_the_matrix() -> None:
+    """Regression: tile_row=-1 wrapped around through a negative index and returned another
+    tile's word; tile_k past the end raised a bare IndexError."""
+    stored = np.zeros((32, 2), dtype=np.int16)
+    for tile_row, tile_k in [(-1, 0), (2, 0), (0, -1), (0, 1)]:
+        with pytest.raises(ValueError, match=r"tile \(tile_row=.*\) is outside"):
+            metadata_register(stored, tile_row=tile_row, tile_k=tile_k, lane=0)
+    with pytest.raises(ValueError, match="rows divisible by 32 and an even number of words"):
+        metadata_register(np.zeros((16, 2), dtype=np.int16), tile_row=0, tile_k=0, lane=0)
+
+
 @pytest.mark.parametrize("kind", ["fp16", "bf16"])
 def test_tiled_equals_whole_matrix_on_integers(kind: str) -> None:
     rng = np.random.default_rng(10)
