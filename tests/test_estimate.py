@@ -58,6 +58,17 @@ def test_inference_mode_times_only_the_forward() -> None:
     assert asp.gemm_s == e.gemm_s
 
 
+def test_batch_accepts_numpy_integers_and_rejects_other_types() -> None:
+    import numpy as np
+
+    plain = estimate_step("llama-mlp", "srste", "2:4", "a100", 8, "fp16")
+    numpy_int = estimate_step("llama-mlp", "srste", "2:4", "a100", np.int64(8), "fp16")
+    assert numpy_int.step_s == plain.step_s and numpy_int.batch == 8
+    for bad in (8.0, "8", True):
+        with pytest.raises(TypeError, match="must be a positive integer"):
+            estimate_step("llama-mlp", "srste", "2:4", "a100", bad, "fp16")  # type: ignore[arg-type]
+
+
 def test_first_layer_input_grad_is_skipped_when_asked() -> None:
     layers = (Layer("a", "linear", 256, 256, 64, "stem"), Layer("b", "linear", 256, 256, 64))
     counted = estimate_step(layers, "dense", "2:4", "a100", 8, "fp16")
