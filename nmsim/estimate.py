@@ -139,8 +139,10 @@ def estimate_step(
     Raises
     ------
     ValueError
-        Bad batch, fraction, mode, model, method or pattern; a sparse layer
+        Batch < 1; bad fraction, mode, model, method or pattern; a sparse layer
         whose GEMM reduction length is not a multiple of M.
+    TypeError
+        A batch that is not an integer.
 
     Notes
     -----
