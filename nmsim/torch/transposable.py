@@ -180,23 +180,29 @@ def _greedy(tiles: torch.Tensor, n: int, m: int, prune_form: bool) -> torch.Tens
     order = torch.sort(keys, dim=1, descending=True, stable=True).indices
     count = tiles.shape[0]
     device = tiles.device
-    row_count = torch.zeros(count, m, dtype=torch.int64, device=device)
-    column_count = torch.zeros(count, m, dtype=torch.int64, device=device)
-    selected = torch.zeros(count, m * m, dtype=torch.bool, device=device)
-    tile_index = torch.arange(count, device=device)
+    # Flat views: one gather and one scatter per step instead of 2-D advanced indexing.
+    row_count = torch.zeros(count * m, dtype=torch.int64, device=device)
+    column_count = torch.zeros(count * m, dtype=torch.int64, device=device)
+    selected = torch.zeros(count * m * m, dtype=torch.bool, device=device)
+    base = torch.arange(count, device=device) * m
+    order = order + (base * m)[:, None]  # flat entry indices into `selected`
     steps = range(m * m - 1, -1, -1) if prune_form else range(m * m)
+    limit = m - n if prune_form else n
     for step in steps:
         entry = order[:, step]
-        row, column = entry // m, entry % m
-        rows_used = row_count[tile_index, row]
-        columns_used = column_count[tile_index, column]
+        local = entry - base * m
+        row_slot = base + local // m
+        column_slot = base + local % m
+        rows_used = row_count[row_slot]
+        columns_used = column_count[column_slot]
         if prune_form:  # prune while the row or the column has pruned fewer than m - n
-            take = (rows_used < m - n) | (columns_used < m - n)
+            take = (rows_used < limit) | (columns_used < limit)
         else:  # keep while the row and the column keep fewer than n
-            take = (rows_used < n) & (columns_used < n)
-        selected[tile_index, entry] = take
-        row_count[tile_index, row] += take
-        column_count[tile_index, column] += take
+            take = (rows_used < limit) & (columns_used < limit)
+        selected[entry] = take
+        row_count[row_slot] = rows_used + take
+        column_count[column_slot] = columns_used + take
+    selected = selected.reshape(count, m * m)
     return ~selected if prune_form else selected
 
 
