@@ -6,7 +6,8 @@ this run, with a baseline from the same run:
 * ``nm_mask`` 2:4 / 4:8 (rank counting) vs ``torch.topk`` on the same device
   (the baseline is *not* tie-compatible with the spec; it is the speed bar);
 * ``magnitude_mask`` on bfloat16 vs float32;
-* transposable masks (exact 2:4 by batched enumeration, greedy 4:8) vs the 1-D mask;
+* transposable masks (exact 2:4 by batched enumeration, greedy 4:8, exact 4:8 by the
+  lockstep min-cost flow on accelerators) vs the 1-D mask;
 * Bi-Mask ``score_permutations`` (K candidates, batched) vs nmref's Numba
   kernel on the CPU.
 
@@ -64,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--candidates", type=int, default=100)
     parser.add_argument(
+        "--exact-on-cpu", action="store_true", help="also time exact 4:8 on the CPU (slow)"
+    )
+    parser.add_argument(
         "--cpu-baseline-max", type=int, default=4096, help="skip the CPU Bi-Mask baseline above"
     )
     args = parser.parse_args(argv)
@@ -93,6 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     base = timed(lambda: nt.magnitude_mask(weights, 4, 8), device, args.repeats)
     rows.append(("transposable greedy 4:8", ours, base, "1-D magnitude_mask 4:8"))
+    if device.type != "cpu" or args.exact_on_cpu:
+        ours = timed(lambda: transposable.transposable_mask(magnitudes, 4, 8), device, 1)
+        rows.append(
+            ("transposable exact 4:8 (lockstep flow)", ours, base, "1-D magnitude_mask 4:8")
+        )
 
     forward = nt.magnitude_mask(weights, 2, 4)
     rng = np.random.default_rng(0)

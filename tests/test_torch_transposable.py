@@ -161,22 +161,27 @@ def test_errors():
     with pytest.raises(ValueError, match="inf"):
         tt.transposable_mask(torch.full((4, 4), float("inf")), 2, 4)
     with pytest.raises(ValueError, match="m <= 5"):
-        tt.transposable_mask(torch.zeros(8, 8), 4, 8, method="exact")
+        tt.transposable_mask(torch.zeros(8, 8), 4, 8, method="brute")
+    noise = torch.from_numpy(np.random.default_rng(0).standard_normal((8, 8))).abs()
+    with pytest.raises(ValueError, match="pass float32"):
+        tt.transposable_mask(noise, 4, 8)
     with pytest.raises(ValueError, match="method="):
         tt.transposable_mask(torch.zeros(4, 4), 2, 4, method="flow")
 
 
 @pytest.mark.parametrize("method", ["exact", "greedy", "greedy-prune"])
-def test_equals_nmref_transposable_when_present(method):
+@pytest.mark.parametrize("m", [4, 8])
+def test_equals_nmref_transposable_when_present(method, m):
     reference = pytest.importorskip("nmref.transposable")
     rng = np.random.default_rng(3)
     for scores in (
-        rng.integers(0, 3, (16, 16)).astype(np.float32),
-        np.abs(rng.standard_normal((16, 24))).astype(np.float32),
+        rng.integers(0, 3, (2 * m, 2 * m)).astype(np.float32),
+        np.abs(rng.standard_normal((2 * m, 3 * m))).astype(np.float32),
+        rng.integers(-2, 3, (m, 2 * m)).astype(np.float16),
     ):
-        for n in (1, 2, 3):
-            expected = reference.transposable_mask(scores, n, 4, method=method)
-            got = tt.transposable_mask(torch.from_numpy(scores), n, 4, method=method).numpy()
+        for n in range(m + 1):
+            expected = reference.transposable_mask(scores, n, m, method=method)
+            got = tt.transposable_mask(torch.from_numpy(scores), n, m, method=method).numpy()
             np.testing.assert_array_equal(got, expected)
 
 
@@ -224,3 +229,68 @@ def test_sparsify_transposable_skips_layers_whose_outputs_do_not_fill_tiles():
     assert result.skipped == (("1", "6 output channels: not a multiple of m=4"),)
     with pytest.raises(ValueError, match="out=6 must be a multiple of m"):
         nt.SparseLinear(8, 6, method="transposable")
+
+
+def _flow_mask(scores: torch.Tensor, n: int, m: int) -> torch.Tensor:
+    tiles = tt._to_tiles(scores, m)
+    return tt._from_tiles(tt._exact_by_flow(tiles, n, m), tuple(scores.shape), m)
+
+
+@given(tiled(max_m=4))
+def test_flow_solver_equals_the_oracle_on_small_tiles(case):
+    """The lockstep min-cost-flow solver (used for m > 4) on tiles the oracle can enumerate."""
+    scores, n, m, dtype = case
+    if scores.dtype.kind == "f":
+        scores = np.where(np.isfinite(scores), scores, 0).astype(scores.dtype)
+    tensor = torch.from_numpy(scores).to(torch_dtype(dtype))
+    _, fits = tt._exact_units(tt._to_tiles(tensor, m), 52 - 4)
+    if not bool(fits.all()):
+        return  # the flow solver refuses such tiles (tested in test_errors)
+    np.testing.assert_array_equal(_flow_mask(tensor, n, m).numpy(), oracle(scores, n, m, "exact"))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_flow_equals_brute_force_for_m5_on_tie_heavy_and_random_tiles(n):
+    rng = np.random.default_rng(n)
+    for scores in (
+        rng.integers(0, 3, (10, 15)).astype(np.float32),
+        np.abs(rng.standard_normal((10, 10))).astype(np.float32),
+        rng.integers(-2, 3, (5, 10)).astype(np.float32),
+    ):
+        tensor = torch.from_numpy(scores)
+        brute = tt.transposable_mask(tensor, n, 5, method="brute")
+        assert torch.equal(_flow_mask(tensor, n, 5), brute)
+        assert torch.equal(tt.transposable_mask(tensor, n, 5), brute)
+
+
+@pytest.mark.parametrize(("n", "m"), [(4, 8), (2, 8), (3, 6), (8, 16)])
+def test_flow_reaches_the_lp_optimum_for_larger_m(n, m):
+    """The LP over the row/column-sum polytope is integral (totally unimodular): same optimum."""
+    from scipy.optimize import linprog
+
+    rng = np.random.default_rng(m + n)
+    scores = np.abs(rng.standard_normal((2 * m, m))).astype(np.float32)
+    mask = tt.transposable_mask(torch.from_numpy(scores), n, m).numpy()
+    assert tt.is_transposable(torch.from_numpy(mask), n, m)
+    for a in range(0, 2 * m, m):
+        tile = scores[a : a + m].astype(np.float64)
+        rows = np.kron(np.eye(m), np.ones(m))
+        columns = np.kron(np.ones(m), np.eye(m))
+        result = linprog(
+            -tile.ravel(),
+            A_eq=np.vstack([rows, columns]),
+            b_eq=np.full(2 * m, n),
+            bounds=(0, 1),
+            method="highs",
+        )
+        kept_sum = float(tile[mask[a : a + m]].sum())
+        assert kept_sum == pytest.approx(-result.fun, rel=1e-12, abs=1e-12)
+
+
+def test_flow_returns_the_canonical_optimum_on_ties():
+    """All-equal 8x8 tile: every valid mask is optimal; the canonical one keeps the lowest
+    flat indices first (block-diagonal pattern)."""
+    mask = tt.transposable_mask(torch.ones(8, 8), 4, 8)
+    expected = torch.zeros(8, 8, dtype=torch.bool)
+    expected[:4, :4] = expected[4:, 4:] = True
+    assert torch.equal(mask, expected)

@@ -22,7 +22,7 @@ product and one for the sum).
 (``update_permutation``), ``dW`` dense plus SR-STE on ``1 − F``.
 
 ``method="transposable"`` (Hubara et al. 2021): ``E`` is the exact transposable
-mask of ``|W|`` (tiles of ``m`` output x ``m`` input channels, ``m <= 5``), so
+mask of ``|W|`` (tiles of ``m`` output x ``m`` input channels), so
 ``dX = dY (E ⊙ W)`` is N:M along its own reduction axis too; ``dW`` as SR-STE.
 Other methods plug into :data:`METHODS`.
 """

@@ -1,13 +1,14 @@
-"""Transposable N:M masks on the torch path: batched brute force and greedy, on any device.
+"""Transposable N:M masks on the torch path: exact (batched brute force, lockstep min-cost
+flow) and greedy, on any device, equal to ``nmref.transposable`` bit for bit.
 
 Follows ``specs/transposable.md`` of nmref (Hubara et al., "Accelerated Sparse Neural
 Training: A Provable and Efficient Method to Find N:M Transposable Masks", NeurIPS
 2021, Sec. 4): every row and every column of every aligned ``m x m`` tile keeps exactly
 ``n`` entries (keep form of the greedy: at most ``n``), maximising the kept score sum.
 
-* ``"brute"`` / ``"exact"`` (``m <= 5``): every tile is scored against every valid pattern
-  at once (one matrix product), and the **first** pattern of maximal sum in canonical
-  order wins: the lexicographically greatest row-major keep vector among the optima
+* ``"brute"`` (``m <= 5``; ``"exact"`` for ``m <= 4``): every tile is scored against
+  every valid pattern at once (one matrix product), and the **first** pattern of maximal
+  sum in canonical order wins: the lexicographically greatest row-major keep vector among the optima
   (spec T3). Sums are exact: each tile is scaled by a power of two to integer "units"
   (spec T5) below ``2**(53 - ceil(log2(m*m)))``, so float64 products and sums of units
   are exact in any order; tiles whose units need more bits (a huge exponent spread,
@@ -15,9 +16,12 @@ Training: A Provable and Efficient Method to Find N:M Transposable Masks", NeurI
 * ``"greedy"`` (keep form) and ``"greedy-prune"`` (the paper's Sec. 4.2 prune form):
   ``m*m`` lockstep steps over all tiles; the scan order is a stable descending sort (ties:
   lower flat index first), so only comparisons are involved.
-
-The exact solver for ``m > 5`` (min-cost flow) is not ported; use
-``nmref.transposable`` on the host.
+* ``"exact"`` for ``m > 4``: min-cost flow by successive shortest paths, run in lockstep
+  over all tiles with tensor operations (Bellman-Ford on each tile's tiny residual graph),
+  then the canonical tie pass of spec T3 (row-major, switch an entry on iff a zero-cost
+  alternating cycle through it exists among later entries). Units must fit
+  ``52 - ceil(log2(2m + 2))`` bits (47 for m = 8) so that every path sum is exact; other
+  tiles raise ``ValueError`` (nmref's host path handles them). O(n m^4 + m^5) per tile.
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ __all__ = [
 ]
 
 BRUTE_MAX_M = 5
+INF = float("inf")
+# Tile entries per chunk of the flow solver (about 16 float64 temporaries of this size).
+_FLOW_CHUNK_ENTRIES = 1 << 26
 METHODS = ("exact", "brute", "greedy", "greedy-prune")
 _SUPPORTED = (
     torch.bool,
@@ -172,6 +179,26 @@ def _brute(tiles: torch.Tensor, n: int, m: int) -> torch.Tensor:
     return patterns[best]
 
 
+def _exact_by_flow(tiles: torch.Tensor, n: int, m: int) -> torch.Tensor:
+    if tiles.shape[0] == 0:
+        return torch.zeros(tiles.shape, dtype=torch.bool, device=tiles.device)
+    # Paths have at most 2m + 1 arcs: keep every sum of that many units exact in float64.
+    max_bits = 52 - math.ceil(math.log2(2 * m + 2))
+    units, fits = _exact_units(tiles, max_bits)
+    if not bool(fits.all()):
+        first = int((~fits).nonzero()[0, 0])
+        raise ValueError(
+            f"tile {first} (row-major over tiles) needs more than {max_bits} bits of exact "
+            "integer units (a huge exponent spread, typical of float64 noise): pass float32 "
+            "scores, or use nmref.transposable, whose host path is exact for any input"
+        )
+    units = units.reshape(-1, m, m)
+    # Chunks of tiles bound the (tiles, m, m) float64 temporaries of Bellman-Ford.
+    chunk = max(1, _FLOW_CHUNK_ENTRIES // (m * m))
+    parts = [_flow(units[start : start + chunk], n, m) for start in range(0, len(units), chunk)]
+    return torch.cat(parts).reshape(-1, m * m)
+
+
 def _greedy(tiles: torch.Tensor, n: int, m: int, prune_form: bool) -> torch.Tensor:
     keys = tiles.to(torch.uint8) if tiles.dtype == torch.bool else tiles
     if keys.is_floating_point():
@@ -206,6 +233,122 @@ def _greedy(tiles: torch.Tensor, n: int, m: int, prune_form: bool) -> torch.Tens
     return ~selected if prune_form else selected
 
 
+def _bellman_ford(units, kept, allowed, dist_r0, rounds):
+    """Lockstep shortest paths on the residual graph of every tile.
+
+    Arcs: r_i -> c_j for dropped allowed entries (cost -u_ij), c_j -> r_i for kept allowed
+    entries (cost +u_ij). dist_r0: (T, m) initial row distances (inf = not a start).
+    Returns dist_r, dist_c, pred_r (column index or -1), pred_c (row index or -1).
+    """
+    T, m, _ = units.shape
+    inf = torch.tensor(INF, dtype=units.dtype, device=units.device)
+    cost_rc = torch.where(~kept & allowed, -units, inf)  # [t, i, j]
+    cost_cr = torch.where(kept & allowed, units, inf)  # [t, i, j]: arc c_j -> r_i
+    dist_r = dist_r0.clone()
+    dist_c = torch.full((T, m), INF, dtype=units.dtype, device=units.device)
+    pred_r = torch.full((T, m), -1, dtype=torch.int64, device=units.device)
+    pred_c = torch.full((T, m), -1, dtype=torch.int64, device=units.device)
+    for _ in range(rounds):
+        via = dist_r[:, :, None] + cost_rc  # (T, i, j)
+        best, arg = via.min(dim=1)  # over i
+        better = best < dist_c
+        dist_c = torch.where(better, best, dist_c)
+        pred_c = torch.where(better, arg, pred_c)
+        via = dist_c[:, None, :] + cost_cr  # (T, i, j)
+        best, arg = via.min(dim=2)  # over j
+        better = best < dist_r
+        dist_r = torch.where(better, best, dist_r)
+        pred_r = torch.where(better, arg, pred_r)
+    return dist_r, dist_c, pred_r, pred_c
+
+
+def _flip_path(kept, pred_r, pred_c, end_column, active, m):
+    """Walk back from column `end_column` flipping entries; returns the start row."""
+    T = kept.shape[0]
+    tiles = torch.arange(T, device=kept.device)
+    column = end_column.clone()
+    start = torch.full((T,), -1, dtype=torch.int64, device=kept.device)
+    walking = active.clone()
+    for _ in range(2 * m + 2):
+        if not bool(walking.any()):
+            break
+        row = pred_c[tiles, column]
+        kept[tiles[walking], row[walking], column[walking]] = True
+        previous = pred_r[tiles, row]
+        done = walking & (previous < 0)
+        start = torch.where(done, row, start)
+        cont = walking & (previous >= 0)
+        kept[tiles[cont], row[cont], previous[cont]] = False
+        column = torch.where(cont, previous, column)
+        walking = cont
+    return start
+
+
+def _flow(units: torch.Tensor, n: int, m: int) -> torch.Tensor:
+    """Canonical optimum of every tile by successive shortest paths, in lockstep.
+
+    ``units``: ``(T, m, m)`` float64 holding exact integers small enough that every path
+    sum is exact. Phase 1 pushes ``n*m`` units of flow along shortest augmenting paths
+    (Bellman-Ford on the residual graph: dropped entries are arcs row -> column of cost
+    ``-u``, kept entries arcs column -> row of cost ``+u``); the flow is then optimal.
+    Phase 2 (spec T3) scans entries in row-major order and switches a dropped entry on
+    iff a zero-cost alternating cycle through it exists among entries of larger flat
+    index; toggling it keeps every count and the optimum, and fixes the entry, so the
+    result is the lexicographically greatest optimal keep vector.
+    """
+    T = units.shape[0]
+    device = units.device
+    kept = torch.zeros((T, m, m), dtype=torch.bool, device=device)
+    all_allowed = torch.ones((T, m, m), dtype=torch.bool, device=device)
+    tiles = torch.arange(T, device=device)
+    everyone = torch.ones(T, dtype=torch.bool, device=device)
+    for _ in range(n * m):
+        row_flow = kept.sum(dim=2)
+        column_flow = kept.sum(dim=1)
+        dist_r0 = torch.where(row_flow < n, 0.0, INF).to(units.dtype)
+        _, dist_c, pred_r, pred_c = _bellman_ford(units, kept, all_allowed, dist_r0, m + 1)
+        end_dist = torch.where(column_flow < n, dist_c, INF)
+        end_column = end_dist.argmin(dim=1)
+        _flip_path(kept, pred_r, pred_c, end_column, everyone, m)
+    # Canonical pass: row-major, switch a dropped entry on if a zero-cost alternating cycle
+    # through it exists among entries of larger flat index.
+    flat = torch.arange(m * m, device=device).reshape(m, m)
+    for k in range(m * m):
+        i, j = divmod(k, m)
+        active = ~kept[:, i, j]
+        if not bool(active.any()):
+            continue
+        allowed = (flat > k).expand(T, m, m)
+        # Path c_j -> ... -> r_i: start at column j with distance 0: one half-round first.
+        dist_c0 = torch.full((T, m), INF, dtype=units.dtype, device=device)
+        dist_c0[:, j] = 0.0
+        # Reuse BF by starting from rows reachable from column j via kept arcs.
+        cost_cr = torch.where(kept & allowed, units, INF)
+        dist_r0 = dist_c0[:, None, :] + cost_cr
+        start_dist, start_arg = dist_r0.min(dim=2)
+        dist_r, dist_c, pred_r, pred_c = _bellman_ford(units, kept, allowed, start_dist, m + 1)
+        # pred_r for rows reached directly from column j: mark with the column index j.
+        direct = (pred_r < 0) & torch.isfinite(start_dist)
+        pred_r = torch.where(direct, start_arg, pred_r)
+        switch = active & (dist_r[:, i] == units[:, i, j])
+        if bool(switch.any()):
+            # Flip: entry (i, j) on, then walk back from row i to column j.
+            kept[tiles[switch], i, j] = True
+            row = torch.full((T,), i, dtype=torch.int64, device=device)
+            walking = switch.clone()
+            for _ in range(2 * m + 2):
+                if not bool(walking.any()):
+                    break
+                column = pred_r[tiles, row]  # kept arc c_column -> r_row: drop it
+                kept[tiles[walking], row[walking], column[walking]] = False
+                cont = walking & (column != j)
+                previous_row = pred_c[tiles, column]  # dropped arc r_prev -> c_column: keep it
+                kept[tiles[cont], previous_row[cont], column[cont]] = True
+                row = torch.where(cont, previous_row, row)
+                walking = cont
+    return kept
+
+
 def transposable_mask(
     scores: torch.Tensor, n: int, m: int, *, method: str = "exact"
 ) -> torch.Tensor:
@@ -234,13 +377,14 @@ def transposable_mask(
         raise ValueError(f"method={method!r} must be one of {METHODS}")
     tensor = _check_scores(scores, pattern.m)
     tiles = _to_tiles(tensor, pattern.m)
-    if method in ("exact", "brute"):
+    if method == "brute" or (method == "exact" and pattern.m <= 4):
         if pattern.m > BRUTE_MAX_M:
             raise ValueError(
-                f"method={method!r} on the torch path needs m <= {BRUTE_MAX_M}; "
-                "use nmref.transposable for larger m"
+                f"method='brute' needs m <= {BRUTE_MAX_M}; use method='exact' for larger m"
             )
         kept = _brute(tiles, pattern.n, pattern.m)
+    elif method == "exact":
+        kept = _exact_by_flow(tiles, pattern.n, pattern.m)
     else:
         kept = _greedy(tiles, pattern.n, pattern.m, prune_form=method == "greedy-prune")
     return _from_tiles(kept, tuple(tensor.shape), pattern.m)
