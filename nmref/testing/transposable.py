@@ -24,7 +24,7 @@ from nmref.testing.report import Failure, Report
 
 __all__ = ["check_transposable_mask", "transposable_cases"]
 
-_PATTERNS = ((2, 4), (1, 4), (3, 4), (0, 4), (4, 4), (1, 2), (1, 3), (2, 3))
+_PATTERNS = ((2, 4), (1, 4), (3, 4), (0, 4), (4, 4), (1, 2), (1, 3), (2, 3), (4, 8), (2, 8))
 
 
 def transposable_cases(dtype: str = "float32", *, quick: bool = False) -> list[Case]:
