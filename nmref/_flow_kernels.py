@@ -21,8 +21,6 @@ exactly in Python); 2 NaN or infinity in the tile (the caller raises).
 
 from __future__ import annotations
 
-import math
-
 import numba
 import numpy as np
 
@@ -49,10 +47,72 @@ def max_unit_bits(m: int) -> int:
 # De Bruijn table for counting trailing zeros of a 64-bit power of two.
 _DE_BRUIJN = np.uint64(0x03F79D71B4CB0A89)
 _DE_BRUIJN_TABLE = np.array(
-    [0, 1, 48, 2, 57, 49, 28, 3, 61, 58, 50, 42, 38, 29, 17, 4,
-     62, 55, 59, 36, 53, 51, 43, 22, 45, 39, 33, 30, 24, 18, 12, 5,
-     63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21, 44, 32, 23, 11,
-     46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9, 13, 8, 7, 6],
+    [
+        0,
+        1,
+        48,
+        2,
+        57,
+        49,
+        28,
+        3,
+        61,
+        58,
+        50,
+        42,
+        38,
+        29,
+        17,
+        4,
+        62,
+        55,
+        59,
+        36,
+        53,
+        51,
+        43,
+        22,
+        45,
+        39,
+        33,
+        30,
+        24,
+        18,
+        12,
+        5,
+        63,
+        47,
+        56,
+        27,
+        60,
+        41,
+        37,
+        16,
+        54,
+        35,
+        52,
+        21,
+        44,
+        32,
+        23,
+        11,
+        46,
+        26,
+        40,
+        15,
+        34,
+        20,
+        31,
+        10,
+        25,
+        14,
+        19,
+        9,
+        13,
+        8,
+        7,
+        6,
+    ],
     dtype=np.int64,
 )
 
@@ -65,7 +125,9 @@ def _trailing_zeros(x):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _load_tile(bits, r0, c0, m, fraction_bits, max_bits, significand, scale, units):  # pragma: no cover
+def _load_tile(
+    bits, r0, c0, m, fraction_bits, max_bits, significand, scale, units
+):  # pragma: no cover
     """Decode the IEEE bits of the tile at ``(r0, c0)`` into exact int64 units.
 
     ``bits`` is a float32 array viewed as uint32 (``fraction_bits=23``) or a
@@ -130,7 +192,9 @@ def _load_tile(bits, r0, c0, m, fraction_bits, max_bits, significand, scale, uni
 
 
 @numba.njit(cache=True, nogil=True)
-def _ssp_tile(w, m, n, kept, potential, distance, parent, settled, reached, row_kept, column_kept, key, order):  # pragma: no cover
+def _ssp_tile(
+    w, m, n, kept, potential, distance, parent, settled, reached, row_kept, column_kept, key, order
+):  # pragma: no cover
     """Successive shortest paths on one tile (see nmref.flow.successive_shortest_paths).
 
     ``w`` int64 (m*m) units; ``kept`` bool (m*m) output. ``potential`` int64
@@ -286,7 +350,9 @@ def _ssp_tile(w, m, n, kept, potential, distance, parent, settled, reached, row_
 
 
 @numba.njit(cache=True, nogil=True)
-def _canonical_tile(w, m, kept, potential, tight, queue, parent_node, parent_entry):  # pragma: no cover
+def _canonical_tile(
+    w, m, kept, potential, tight, queue, parent_node, parent_entry
+):  # pragma: no cover
     """Turn the optimal ``kept`` into the canonical (lexicographically greatest) optimum.
 
     Same pass as nmref.flow.canonical_optimum. Search nodes: rows 0..m-1,
@@ -367,7 +433,21 @@ def _canonical_tile(w, m, kept, potential, tight, queue, parent_node, parent_ent
 
 
 @numba.njit(cache=True, nogil=True)
-def _exact_range(bits, fraction_bits, n, m, max_bits, first, last, mask, status, kept_units, exponents, row_potentials, column_potentials):  # pragma: no cover
+def _exact_range(
+    bits,
+    fraction_bits,
+    n,
+    m,
+    max_bits,
+    first,
+    last,
+    mask,
+    status,
+    kept_units,
+    exponents,
+    row_potentials,
+    column_potentials,
+):  # pragma: no cover
     """Solve tiles ``first..last-1`` (row-major tile order) exactly."""
     tiles_across = bits.shape[1] // m
     nodes = 2 * m + 2
@@ -391,12 +471,28 @@ def _exact_range(bits, fraction_bits, n, m, max_bits, first, last, mask, status,
     for t in range(first, last):
         r0 = (t // tiles_across) * m
         c0 = (t % tiles_across) * m
-        code, exponent = _load_tile(bits, r0, c0, m, fraction_bits, max_bits, significand, scale, units)
+        code, exponent = _load_tile(
+            bits, r0, c0, m, fraction_bits, max_bits, significand, scale, units
+        )
         status[t] = code
         exponents[t] = exponent
         if code != SOLVED:
             continue
-        _ssp_tile(units, m, n, kept, potential, distance, parent, settled, reached, row_kept, column_kept, key, order)
+        _ssp_tile(
+            units,
+            m,
+            n,
+            kept,
+            potential,
+            distance,
+            parent,
+            settled,
+            reached,
+            row_kept,
+            column_kept,
+            key,
+            order,
+        )
         _canonical_tile(units, m, kept, potential, tight, queue, parent_node, parent_entry)
         total = np.int64(0)
         for i in range(m):
@@ -410,24 +506,77 @@ def _exact_range(bits, fraction_bits, n, m, max_bits, first, last, mask, status,
 
 
 @numba.njit(cache=True, nogil=True)
-def exact_tiles(bits, fraction_bits, n, m, max_bits, mask, status, kept_units, exponents, row_potentials, column_potentials):  # pragma: no cover
+def exact_tiles(
+    bits,
+    fraction_bits,
+    n,
+    m,
+    max_bits,
+    mask,
+    status,
+    kept_units,
+    exponents,
+    row_potentials,
+    column_potentials,
+):  # pragma: no cover
     """Canonical optimal mask of every aligned m x m tile of ``values`` (one thread).
 
     Outputs per tile ``t`` (row-major tile order): ``status[t]``, the kept sum
     ``kept_units[t] * 2**exponents[t]`` and the certificate potentials in units.
     """
     tiles = (bits.shape[0] // m) * (bits.shape[1] // m)
-    _exact_range(bits, fraction_bits, n, m, max_bits, 0, tiles, mask, status, kept_units, exponents, row_potentials, column_potentials)
+    _exact_range(
+        bits,
+        fraction_bits,
+        n,
+        m,
+        max_bits,
+        0,
+        tiles,
+        mask,
+        status,
+        kept_units,
+        exponents,
+        row_potentials,
+        column_potentials,
+    )
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def exact_tiles_parallel(bits, fraction_bits, n, m, max_bits, chunks, mask, status, kept_units, exponents, row_potentials, column_potentials):  # pragma: no cover
+def exact_tiles_parallel(
+    bits,
+    fraction_bits,
+    n,
+    m,
+    max_bits,
+    chunks,
+    mask,
+    status,
+    kept_units,
+    exponents,
+    row_potentials,
+    column_potentials,
+):  # pragma: no cover
     """:func:`exact_tiles` split into ``chunks`` independent ranges of tiles, run in parallel."""
     tiles = (bits.shape[0] // m) * (bits.shape[1] // m)
     for c in numba.prange(chunks):
         first = tiles * c // chunks
         last = tiles * (c + 1) // chunks
-        _exact_range(bits, fraction_bits, n, m, max_bits, first, last, mask, status, kept_units, exponents, row_potentials, column_potentials)
+        _exact_range(
+            bits,
+            fraction_bits,
+            n,
+            m,
+            max_bits,
+            first,
+            last,
+            mask,
+            status,
+            kept_units,
+            exponents,
+            row_potentials,
+            column_potentials,
+        )
 
 
 # ----------------------------------------------------------------------------
@@ -436,7 +585,9 @@ def exact_tiles_parallel(bits, fraction_bits, n, m, max_bits, chunks, mask, stat
 
 
 @numba.njit(cache=True, nogil=True)
-def enumerate_tiles(bits, fraction_bits, m, max_bits, row_choices, patterns, mask, status, kept_units, exponents):  # pragma: no cover
+def enumerate_tiles(
+    bits, fraction_bits, m, max_bits, row_choices, patterns, mask, status, kept_units, exponents
+):  # pragma: no cover
     """Best pattern of every tile; the first maximum in table order wins.
 
     ``row_choices`` (C, m) bool: the C = comb(m, n) row patterns; ``patterns``
@@ -454,7 +605,9 @@ def enumerate_tiles(bits, fraction_bits, m, max_bits, row_choices, patterns, mas
     for t in range(tiles):
         r0 = (t // tiles_across) * m
         c0 = (t % tiles_across) * m
-        code, exponent = _load_tile(bits, r0, c0, m, fraction_bits, max_bits, significand, scale, units)
+        code, exponent = _load_tile(
+            bits, r0, c0, m, fraction_bits, max_bits, significand, scale, units
+        )
         status[t] = code
         exponents[t] = exponent
         if code != SOLVED:
@@ -479,6 +632,37 @@ def enumerate_tiles(bits, fraction_bits, m, max_bits, row_choices, patterns, mas
             for j in range(m):
                 mask[r0 + i, c0 + j] = row_choices[patterns[best, i], j]
         kept_units[t] = best_sum
+
+
+@numba.njit(cache=True, nogil=True)
+def masked_tiles(
+    bits, fraction_bits, m, max_bits, mask, status, kept_units, exponents
+):  # pragma: no cover
+    """Exact kept sum of ``mask`` in every tile, as ``kept_units * 2**exponents``.
+
+    Uses the same tile units as the solvers, so a gap is a difference of
+    integers with a common exponent.
+    """
+    tiles_across = bits.shape[1] // m
+    tiles = (bits.shape[0] // m) * tiles_across
+    units = np.empty(m * m, np.int64)
+    significand = np.empty(m * m, np.int64)
+    scale = np.empty(m * m, np.int64)
+    for t in range(tiles):
+        r0 = (t // tiles_across) * m
+        c0 = (t % tiles_across) * m
+        code, exponent = _load_tile(
+            bits, r0, c0, m, fraction_bits, max_bits, significand, scale, units
+        )
+        status[t] = code
+        exponents[t] = exponent
+        total = np.int64(0)
+        if code == SOLVED:
+            for i in range(m):
+                for j in range(m):
+                    if mask[r0 + i, c0 + j]:
+                        total += units[i * m + j]
+        kept_units[t] = total
 
 
 # ----------------------------------------------------------------------------
