@@ -264,7 +264,48 @@ def _ssp_tile(
     for i in range(m):
         flow += row_kept[i]
 
-    # --- successive shortest paths for the deficit ---------------------------
+    # --- direct moves: a deficit column takes its best dropped entry when that
+    # entry's row has room (lowering v keeps complementary slackness); then the
+    # same for deficit rows. These are the length-one augmenting paths, found
+    # without a Dijkstra.
+    for _ in range(2):
+        for j in range(m):
+            while column_kept[j] < n:
+                best_row = -1
+                best_value = np.int64(0)
+                for i in range(m):
+                    if not kept[i * m + j]:
+                        value = w[i * m + j] - potential[1 + i]
+                        if best_row < 0 or value > best_value:
+                            best_row = i
+                            best_value = value
+                if row_kept[best_row] >= n:
+                    break
+                kept[best_row * m + j] = True
+                row_kept[best_row] += 1
+                column_kept[j] += 1
+                flow += 1
+                potential[m + 1 + j] = -best_value
+        for i in range(m):
+            while row_kept[i] < n:
+                best_column = -1
+                best_value = np.int64(0)
+                for j in range(m):
+                    if not kept[i * m + j]:
+                        value = w[i * m + j] + potential[m + 1 + j]
+                        if best_column < 0 or value > best_value:
+                            best_column = j
+                            best_value = value
+                if column_kept[best_column] >= n:
+                    break
+                kept[i * m + best_column] = True
+                row_kept[i] += 1
+                column_kept[best_column] += 1
+                flow += 1
+                potential[1 + i] = best_value
+
+    # --- successive shortest paths for the rest ------------------------------
+    unreached = np.int64(1) << np.int64(62)  # above every distance (max_unit_bits)
     while flow < n * m:
         # Source/sink potentials that make their arcs' reduced costs >= 0.
         source_potential = np.int64(0)
@@ -278,23 +319,26 @@ def _ssp_tile(
             if column_kept[j] < n and (first or potential[m + 1 + j] < potential[sink]):
                 potential[sink] = potential[m + 1 + j]
                 first = False
+        # ``reached`` holds tentative distances of unsettled nodes (unreached
+        # and settled ones sit at ``unreached``), so picking the next node is a
+        # plain minimum scan.
         for v in range(nodes):
             settled[v] = False
-            reached[v] = False
+            reached[v] = unreached
         for i in range(m):
             if row_kept[i] < n:
-                reached[1 + i] = True
-                distance[1 + i] = source_potential - potential[1 + i]
+                reached[1 + i] = source_potential - potential[1 + i]
                 parent[1 + i] = 0
         while True:
-            best = -1
-            best_distance = np.int64(0)
+            best = 1
+            best_distance = unreached
             for v in range(1, nodes):
-                if reached[v] and not settled[v]:
-                    if best < 0 or distance[v] < best_distance:
-                        best = v
-                        best_distance = distance[v]
+                if reached[v] < best_distance:
+                    best = v
+                    best_distance = reached[v]
             settled[best] = True
+            distance[best] = best_distance
+            reached[best] = unreached
             if best == sink:
                 break
             base = best_distance + potential[best]
@@ -304,9 +348,8 @@ def _ssp_tile(
                     target = m + 1 + j
                     if not kept[i * m + j] and not settled[target]:
                         candidate = base - w[i * m + j] - potential[target]
-                        if not reached[target] or candidate < distance[target]:
-                            reached[target] = True
-                            distance[target] = candidate
+                        if candidate < reached[target]:
+                            reached[target] = candidate
                             parent[target] = best
             else:  # a column: arcs back to rows of its kept entries, and to the sink
                 j = best - m - 1
@@ -314,19 +357,18 @@ def _ssp_tile(
                     target = 1 + i
                     if kept[i * m + j] and not settled[target]:
                         candidate = base + w[i * m + j] - potential[target]
-                        if not reached[target] or candidate < distance[target]:
-                            reached[target] = True
-                            distance[target] = candidate
+                        if candidate < reached[target]:
+                            reached[target] = candidate
                             parent[target] = best
                 if column_kept[j] < n:
                     candidate = base - potential[sink]
-                    if not reached[sink] or candidate < distance[sink]:
-                        reached[sink] = True
-                        distance[sink] = candidate
+                    if candidate < reached[sink]:
+                        reached[sink] = candidate
                         parent[sink] = best
                         if candidate == best_distance:
                             # Nothing can beat a zero-cost last arc: settle now.
                             settled[sink] = True
+                            distance[sink] = candidate
                             break
         sink_distance = distance[sink]
         for v in range(1, 2 * m + 1):
@@ -458,7 +500,7 @@ def _exact_range(
     distance = np.empty(nodes, np.int64)
     parent = np.empty(nodes, np.int64)
     settled = np.empty(nodes, np.bool_)
-    reached = np.empty(nodes, np.bool_)
+    reached = np.empty(nodes, np.int64)
     queue = np.empty(2 * m, np.int64)
     parent_node = np.empty(2 * m, np.int64)
     parent_entry = np.empty(2 * m, np.int64)
