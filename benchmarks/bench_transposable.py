@@ -195,58 +195,53 @@ def main() -> None:
         scores = np.abs(rng.standard_normal((size, size)).astype(np.float32))
         for text in args.patterns:
             n, m = (int(x) for x in text.split(":"))
-            tiles = tiles_of(scores, m)
-            total = len(tiles)
-            rows = []
-            compile_exact, exact = median_time(
-                lambda: transposable_mask(scores, n, m), args.repeats
-            )
-            numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
-            compile_parallel, parallel = median_time(
-                lambda: transposable_mask(scores, n, m, parallel=True), args.repeats
-            )
-            numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
-            rows.append(("nmref exact (1 thread)", exact, False, 0.0))
-            rows.append(
-                (f"nmref exact ({args.threads} threads, parallel=True)", parallel, False, 0.0)
-            )
-            for method in ("greedy", "greedy-prune") + (("brute",) if m <= 4 else ()):
-                _, seconds = median_time(
-                    lambda method=method: transposable_mask(scores, n, m, method=method),
-                    args.repeats,
-                )
-                rows.append((f"nmref {method}", seconds, False, 0.0))
-            mask = transposable_mask(scores, n, m)
-            reference = kept_per_tile(scores, mask, m)
-            for name, peer in PEERS.items():
-                if name in args.skip_peers or ("90-pattern" in name and (n, m) != (2, 4)):
-                    continue
-                seconds, extrapolated, count, error = run_peer(
-                    name, peer, tiles, n, args.peer_budget, args.repeats, reference
-                )
-                rows.append(
-                    (
-                        name + (f" [{count} tiles]" if extrapolated else ""),
-                        seconds,
-                        extrapolated,
-                        error,
-                    )
-                )
-            print(
-                f"\n{size}x{size} float32 |N(0,1)|, {text}: {total} tiles; "
-                f"Numba compile: exact {compile_exact - exact:.2f} s, "
-                f"parallel {compile_parallel - parallel:.2f} s"
-            )
-            print(
-                f"{'method':58s} {'seconds':>10s} {'tiles/s':>12s} {'peer/exact':>11s}"
-                f" {'max rel obj err':>16s}"
-            )
-            for name, seconds, extrapolated, error in rows:
-                mark = "~" if extrapolated else " "
-                print(
-                    f"{name:58s} {mark}{seconds:9.4f} {total / seconds:12.0f} "
-                    f"{seconds / exact:11.2f} {error:16.1e}"
-                )
+            bench_case(scores, n, m, args)
+
+
+def bench_case(scores: np.ndarray, n: int, m: int, args: argparse.Namespace) -> None:
+    import numba
+
+    tiles = tiles_of(scores, m)
+    total = len(tiles)
+    rows = []
+    compile_exact, exact = median_time(lambda: transposable_mask(scores, n, m), args.repeats)
+    numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
+    compile_parallel, parallel = median_time(
+        lambda: transposable_mask(scores, n, m, parallel=True), args.repeats
+    )
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    rows.append(("nmref exact (1 thread)", exact, False, 0.0))
+    rows.append((f"nmref exact ({args.threads} threads, parallel=True)", parallel, False, 0.0))
+    for method in ("greedy", "greedy-prune") + (("brute",) if m <= 4 else ()):
+        _, seconds = median_time(
+            lambda method=method: transposable_mask(scores, n, m, method=method), args.repeats
+        )
+        rows.append((f"nmref {method}", seconds, False, 0.0))
+    reference = kept_per_tile(scores, transposable_mask(scores, n, m), m)
+    for name, peer in PEERS.items():
+        if name in args.skip_peers or ("90-pattern" in name and (n, m) != (2, 4)):
+            continue
+        seconds, extrapolated, count, error = run_peer(
+            name, peer, tiles, n, args.peer_budget, args.repeats, reference
+        )
+        label = name + (f" [{count} tiles]" if extrapolated else "")
+        rows.append((label, seconds, extrapolated, error))
+    size = f"{scores.shape[0]}x{scores.shape[1]}"
+    print(
+        f"\n{size} float32 |N(0,1)|, {n}:{m}: {total} tiles; "
+        f"Numba compile (cold cache): exact {compile_exact - exact:.2f} s, "
+        f"parallel {compile_parallel - parallel:.2f} s"
+    )
+    print(
+        f"{'method':58s} {'seconds':>10s} {'tiles/s':>12s} {'peer/exact':>11s}"
+        f" {'max rel obj err':>16s}"
+    )
+    for name, seconds, extrapolated, error in rows:
+        mark = "~" if extrapolated else " "
+        print(
+            f"{name:58s} {mark}{seconds:9.4f} {total / seconds:12.0f} "
+            f"{seconds / exact:11.2f} {error:16.1e}"
+        )
 
 
 if __name__ == "__main__":
