@@ -640,6 +640,17 @@ def enumerate_tiles(
     tiles = (bits.shape[0] // m) * tiles_across
     choice_count = row_choices.shape[0]
     pattern_count = patterns.shape[0]
+    kept_per_row = 0
+    for j in range(m):
+        kept_per_row += row_choices[0, j]
+    # Column indices of every row choice.
+    choice_columns = np.zeros((choice_count, max(kept_per_row, 1)), np.int64)
+    for c in range(choice_count):
+        k = 0
+        for j in range(m):
+            if row_choices[c, j]:
+                choice_columns[c, k] = j
+                k += 1
     units = np.empty(m * m, np.int64)
     significand = np.empty(m * m, np.int64)
     scale = np.empty(m * m, np.int64)
@@ -657,9 +668,8 @@ def enumerate_tiles(
         for i in range(m):
             for c in range(choice_count):
                 s = np.int64(0)
-                for j in range(m):
-                    if row_choices[c, j]:
-                        s += units[i * m + j]
+                for k in range(kept_per_row):
+                    s += units[i * m + choice_columns[c, k]]
                 row_sums[i, c] = s
         best = 0
         best_sum = np.int64(0)
