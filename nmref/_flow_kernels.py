@@ -626,64 +626,81 @@ def exact_tiles_parallel(
 # ----------------------------------------------------------------------------
 
 
+# Tiles per block in the enumeration: the pattern loop runs across the tiles of
+# a block, which the compiler can vectorise.
+ENUMERATION_BLOCK = 64
+
+
 @numba.njit(cache=True, nogil=True)
 def enumerate_tiles(
-    bits, fraction_bits, m, max_bits, row_choices, patterns, mask, status, kept_units, exponents
+    bits, fraction_bits, m, n, max_bits, choice_columns, patterns, mask, status, kept_units,
+    exponents,
 ):  # pragma: no cover
     """Best pattern of every tile; the first maximum in table order wins.
 
-    ``row_choices`` (C, m) bool: the C = comb(m, n) row patterns; ``patterns``
-    (K, m) int: for each tile pattern the row-pattern index of every row, in
-    the canonical order (the first maximum is then the canonical optimum).
+    ``choice_columns`` (C, >= n) int: the kept columns of each of the
+    C = comb(m, n) row patterns; ``patterns`` (K, m) int: for each tile pattern
+    the row-pattern index of every row, in the canonical order (so the first
+    maximum is the canonical optimum). Tiles go in blocks of
+    ``ENUMERATION_BLOCK``: first every row sum of every tile of the block, then
+    each pattern's sum for all tiles of the block at once (strictly greater
+    replaces, so the earliest maximal pattern stays).
     """
     tiles_across = bits.shape[1] // m
     tiles = (bits.shape[0] // m) * tiles_across
-    choice_count = row_choices.shape[0]
+    choice_count = choice_columns.shape[0]
     pattern_count = patterns.shape[0]
-    kept_per_row = 0
-    for j in range(m):
-        kept_per_row += row_choices[0, j]
-    # Column indices of every row choice.
-    choice_columns = np.zeros((choice_count, max(kept_per_row, 1)), np.int64)
-    for c in range(choice_count):
-        k = 0
-        for j in range(m):
-            if row_choices[c, j]:
-                choice_columns[c, k] = j
-                k += 1
+    block = ENUMERATION_BLOCK
     units = np.empty(m * m, np.int64)
     significand = np.empty(m * m, np.int64)
     scale = np.empty(m * m, np.int64)
-    row_sums = np.empty((m, choice_count), np.int64)
-    for t in range(tiles):
-        r0 = (t // tiles_across) * m
-        c0 = (t % tiles_across) * m
-        code, exponent = _load_tile(
-            bits, r0, c0, m, fraction_bits, max_bits, significand, scale, units
-        )
-        status[t] = code
-        exponents[t] = exponent
-        if code != SOLVED:
-            continue
-        for i in range(m):
-            for c in range(choice_count):
-                s = np.int64(0)
-                for k in range(kept_per_row):
-                    s += units[i * m + choice_columns[c, k]]
-                row_sums[i, c] = s
-        best = 0
-        best_sum = np.int64(0)
-        for p in range(pattern_count):
-            s = np.int64(0)
+    row_sums = np.zeros((m, choice_count, block), np.int64)
+    total = np.empty(block, np.int64)
+    best_sum = np.empty(block, np.int64)
+    best = np.empty(block, np.int64)
+    for start in range(0, tiles, block):
+        count = min(block, tiles - start)
+        for b in range(count):
+            t = start + b
+            code, exponent = _load_tile(
+                bits, (t // tiles_across) * m, (t % tiles_across) * m, m, fraction_bits,
+                max_bits, significand, scale, units,
+            )
+            status[t] = code
+            exponents[t] = exponent
             for i in range(m):
-                s += row_sums[i, patterns[p, i]]
-            if p == 0 or s > best_sum:
-                best = p
-                best_sum = s
-        for i in range(m):
-            for j in range(m):
-                mask[r0 + i, c0 + j] = row_choices[patterns[best, i], j]
-        kept_units[t] = best_sum
+                for c in range(choice_count):
+                    s = np.int64(0)
+                    for k in range(n):
+                        s += units[i * m + choice_columns[c, k]]
+                    row_sums[i, c, b] = s
+        for b in range(block):
+            best_sum[b] = 0
+            best[b] = 0
+            for i in range(m):
+                best_sum[b] += row_sums[i, patterns[0, i], b]
+        for p in range(1, pattern_count):
+            first_row = row_sums[0, patterns[p, 0]]
+            for b in range(block):
+                total[b] = first_row[b]
+            for i in range(1, m):
+                row = row_sums[i, patterns[p, i]]
+                for b in range(block):
+                    total[b] += row[b]
+            for b in range(block):
+                better = total[b] > best_sum[b]
+                best_sum[b] = total[b] if better else best_sum[b]
+                best[b] = p if better else best[b]
+        for b in range(count):
+            t = start + b
+            r0 = (t // tiles_across) * m
+            c0 = (t % tiles_across) * m
+            for i in range(m):
+                for j in range(m):
+                    mask[r0 + i, c0 + j] = False
+                for k in range(n):
+                    mask[r0 + i, c0 + choice_columns[patterns[best[b], i], k]] = True
+            kept_units[t] = best_sum[b]
 
 
 @numba.njit(cache=True, nogil=True)

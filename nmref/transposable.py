@@ -414,18 +414,13 @@ def _solve_exact(
         max_bits = kernels.max_unit_bits(m)
         if use_enumeration:
             choices, table = _pattern_table(n, m)
+            choice_columns = np.zeros((len(choices), max(n, 1)), dtype=np.int64)
+            for index, choice in enumerate(choices):
+                choice_columns[index, :n] = np.flatnonzero(choice)
             kernels.enumerate_tiles(
-                bits,
-                fraction_bits,
-                m,
-                max_bits,
-                choices,
-                table,
-                mask,
-                status,
-                kept_units,
-                exponents,
-            )
+                bits, fraction_bits, m, n, max_bits, choice_columns, table,
+                mask, status, kept_units, exponents,
+            )  # fmt: skip
         elif parallel:
             import numba
 
