@@ -25,15 +25,21 @@ means nmref is faster.
 
 from __future__ import annotations
 
-import argparse
 import os
-import tempfile
-import time
-from collections.abc import Callable
 
-import numpy as np
+# One BLAS thread, so that the NumPy peer runs on one core like nmref's serial
+# kernels (the targets are per core). Set BENCH_BLAS_THREADS to change.
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, os.environ.get("BENCH_BLAS_THREADS", "1"))
 
-from nmref.transposable import transposable_mask, transposable_patterns
+import argparse  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from nmref.transposable import transposable_mask, transposable_patterns  # noqa: E402
 
 
 def median_time(function: Callable[[], object], repeats: int) -> tuple[float, float]:
@@ -189,7 +195,10 @@ def main() -> None:
     os.environ.setdefault("NUMBA_CACHE_DIR", tempfile.mkdtemp(prefix="bench-numba-"))
     import numba
 
-    print(f"numba {numba.__version__}, numpy {np.__version__}, {os.cpu_count()} CPUs")
+    print(
+        f"numba {numba.__version__}, numpy {np.__version__}, {os.cpu_count()} CPUs, "
+        f"BLAS threads {os.environ['OPENBLAS_NUM_THREADS']}"
+    )
     rng = np.random.default_rng(0)
     for size in args.sizes:
         scores = np.abs(rng.standard_normal((size, size)).astype(np.float32))
