@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from nmref.diversity import count_transposable_patterns, mask_diversity
 from nmref.layouts import (
     LAYOUTS,
     default_layout,
@@ -26,6 +27,17 @@ from nmref.masks import (
     to_magnitudes,
 )
 from nmref.patterns import Pattern, check_pattern, parse_pattern
+from nmref.transposable import (
+    is_transposable,
+    optimality_gap,
+    transposable_certificate,
+    transposable_mask,
+    transposable_mask_reference,
+    transposable_optimum,
+    transposable_patterns,
+    transposable_weight_mask,
+    verify_certificate,
+)
 
 try:
     __version__ = version("nm-sparsity-ref")
@@ -37,15 +49,26 @@ __all__ = [
     "Pattern",
     "__version__",
     "check_pattern",
+    "count_transposable_patterns",
     "default_layout",
     "from_reduction_matrix",
     "is_nm",
+    "is_transposable",
     "magnitude_mask",
+    "mask_diversity",
     "nm_mask",
     "nm_mask_reference",
     "nm_violations",
+    "optimality_gap",
     "parse_pattern",
     "to_magnitudes",
     "to_reduction_matrix",
     "to_reduction_shape",
+    "transposable_certificate",
+    "transposable_mask",
+    "transposable_mask_reference",
+    "transposable_optimum",
+    "transposable_patterns",
+    "transposable_weight_mask",
+    "verify_certificate",
 ]
