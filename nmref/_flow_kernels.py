@@ -632,11 +632,11 @@ ENUMERATION_BLOCK = 64
 
 
 @numba.njit(cache=True, nogil=True)
-def enumerate_tiles(
-    bits, fraction_bits, m, n, max_bits, choice_columns, patterns, mask, status, kept_units,
-    exponents,
+def _enumerate_range(
+    bits, fraction_bits, m, n, max_bits, choice_columns, patterns, first, last, mask, status,
+    kept_units, exponents,
 ):  # pragma: no cover
-    """Best pattern of every tile; the first maximum in table order wins.
+    """Best pattern of tiles ``first..last-1``; the first maximum in table order wins.
 
     ``choice_columns`` (C, >= n) int: the kept columns of each of the
     C = comb(m, n) row patterns; ``patterns`` (K, m) int: for each tile pattern
@@ -647,7 +647,6 @@ def enumerate_tiles(
     replaces, so the earliest maximal pattern stays).
     """
     tiles_across = bits.shape[1] // m
-    tiles = (bits.shape[0] // m) * tiles_across
     choice_count = choice_columns.shape[0]
     pattern_count = patterns.shape[0]
     block = ENUMERATION_BLOCK
@@ -658,8 +657,8 @@ def enumerate_tiles(
     total = np.empty(block, np.int64)
     best_sum = np.empty(block, np.int64)
     best = np.empty(block, np.int64)
-    for start in range(0, tiles, block):
-        count = min(block, tiles - start)
+    for start in range(first, last, block):
+        count = min(block, last - start)
         for b in range(count):
             t = start + b
             code, exponent = _load_tile(
@@ -701,6 +700,33 @@ def enumerate_tiles(
                 for k in range(n):
                     mask[r0 + i, c0 + choice_columns[patterns[best[b], i], k]] = True
             kept_units[t] = best_sum[b]
+
+
+@numba.njit(cache=True, nogil=True)
+def enumerate_tiles(
+    bits, fraction_bits, m, n, max_bits, choice_columns, patterns, mask, status, kept_units,
+    exponents,
+):  # pragma: no cover
+    """:func:`_enumerate_range` over every tile (one thread)."""
+    tiles = (bits.shape[0] // m) * (bits.shape[1] // m)
+    _enumerate_range(
+        bits, fraction_bits, m, n, max_bits, choice_columns, patterns, 0, tiles, mask, status,
+        kept_units, exponents,
+    )
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def enumerate_tiles_parallel(
+    bits, fraction_bits, m, n, max_bits, choice_columns, patterns, chunks, mask, status,
+    kept_units, exponents,
+):  # pragma: no cover
+    """:func:`enumerate_tiles` split into ``chunks`` independent ranges run in parallel."""
+    tiles = (bits.shape[0] // m) * (bits.shape[1] // m)
+    for c in numba.prange(chunks):
+        _enumerate_range(
+            bits, fraction_bits, m, n, max_bits, choice_columns, patterns,
+            tiles * c // chunks, tiles * (c + 1) // chunks, mask, status, kept_units, exponents,
+        )
 
 
 @numba.njit(cache=True, nogil=True)

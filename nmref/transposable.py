@@ -417,10 +417,18 @@ def _solve_exact(
             choice_columns = np.zeros((len(choices), max(n, 1)), dtype=np.int64)
             for index, choice in enumerate(choices):
                 choice_columns[index, :n] = np.flatnonzero(choice)
-            kernels.enumerate_tiles(
-                bits, fraction_bits, m, n, max_bits, choice_columns, table,
-                mask, status, kept_units, exponents,
-            )  # fmt: skip
+            if parallel:
+                import numba
+
+                kernels.enumerate_tiles_parallel(
+                    bits, fraction_bits, m, n, max_bits, choice_columns, table,
+                    4 * numba.get_num_threads(), mask, status, kept_units, exponents,
+                )  # fmt: skip
+            else:
+                kernels.enumerate_tiles(
+                    bits, fraction_bits, m, n, max_bits, choice_columns, table,
+                    mask, status, kept_units, exponents,
+                )  # fmt: skip
         elif parallel:
             import numba
 
@@ -570,7 +578,8 @@ def transposable_mask(
         ``m - n``; pruned sum <= 2x the optimal pruned sum for non-negative
         scores. Greedy ties: lower flat index kept first.
     parallel : bool, default False
-        Run the flow solver over tiles on Numba's threads. Same mask.
+        Split the tiles over Numba's threads (``numba.set_num_threads``). Same
+        mask.
 
     Returns
     -------
