@@ -601,7 +601,10 @@ def transposable_mask(
     complementary slackness, successive shortest paths for the remaining
     units (O(n m^3) worst case), then the canonical tie pass (O(m^2) per tied
     entry). Tiles whose dynamic range exceeds int64 (``max_unit_bits``) are
-    solved by the Python-int reference, exactly but slowly.
+    solved by the Python-int reference, exactly but about 1000x slower. float32,
+    float16, bool and integer scores practically never need it; **float64
+    scores with full 53-bit significands usually do** (53 bits plus the tile's
+    exponent spread): pass float32 scores when the weights are float32.
 
     References
     ----------
