@@ -156,6 +156,20 @@ def test_flow_kernel_and_certificate_match_enumeration(case):
     assert verify_certificate(scores, *certificate, n, m)
 
 
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_flow_kernel_equals_enumeration_on_many_tiles(n):
+    """4096 tiles each of noise, int4-like quantised values, and bf16-like values."""
+    rng = np.random.default_rng(n)
+    noise = rng.standard_normal((256, 256)).astype(np.float32)
+    quantised = np.round(noise * 2).clip(-8, 7).astype(np.float32)
+    bfloat_like = (noise.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+    for scores in (np.abs(noise), quantised, np.abs(quantised), bfloat_like):
+        expected = transposable_mask(scores, n, 4, method="brute")
+        flow_mask = _solve_exact(scores, check_pattern(n, 4), method="flow").mask
+        np.testing.assert_array_equal(flow_mask, expected)
+        np.testing.assert_array_equal(transposable_mask(scores, n, 4), expected)
+
+
 @pytest.mark.parametrize(("n", "m"), [(2, 5), (3, 5), (3, 6), (2, 6)])
 def test_exact_equals_brute_for_m_5_and_6(n, m):
     rng = np.random.default_rng(m * 10 + n)
