@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import warnings
 from fractions import Fraction
 from typing import Literal, NamedTuple
 
@@ -59,6 +60,8 @@ METHODS: tuple[str, ...] = ("exact", "brute", "greedy", "greedy-prune")
 # The brute-force table holds K(m, n) patterns; K(6, 3) = 297200 is the largest
 # that is still practical (K(7, 3) = 26.9 million, K(8, 4) = 1.2e11).
 BRUTE_MAX_M = 6
+# Warn when this many tiles need the (slow) Python-int path.
+_SLOW_TILES_WARNING = 64
 # At or below this pattern count the "exact" method enumerates patterns (faster
 # than the flow solver and exact by construction).
 ENUMERATION_MAX_PATTERNS = 90
@@ -456,7 +459,16 @@ def _solve_exact(
         column_potentials = _exact_float_array(column_units, exponents, solved).reshape(
             tile_rows, columns
         )
-    for t in np.flatnonzero(~solved):
+    slow = np.flatnonzero(~solved)
+    if len(slow) >= _SLOW_TILES_WARNING:
+        warnings.warn(
+            f"{len(slow)} of {tiles} tiles span more bits than int64 holds (typical of float64 "
+            "scores with full 53-bit significands); they are solved exactly in Python, about "
+            "1000x slower. Pass float32 scores if your weights are float32.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    for t in slow:
         tile_row, tile_column = divmod(int(t), tile_columns)
         r0, c0 = tile_row * m, tile_column * m
         # Dynamic range too wide for int64: the same algorithm on Python ints.

@@ -256,6 +256,13 @@ def test_wide_dynamic_range_tiles_use_the_exact_python_path():
     assert expected[3, 3]
 
 
+def test_float64_with_wide_tiles_warns_and_stays_exact():
+    scores = np.abs(np.random.default_rng(11).standard_normal((64, 64)))  # 53-bit significands
+    with pytest.warns(RuntimeWarning, match="solved exactly in Python"):
+        fast = transposable_mask(scores, 2, 4)
+    np.testing.assert_array_equal(fast, transposable_mask_reference(scores, 2, 4))
+
+
 def test_large_int64_scores_are_exact():
     big = 2**62
     scores = np.array([[big, big - 1, 0, 1]] * 4, dtype=np.int64)
