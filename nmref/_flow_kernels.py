@@ -3,17 +3,19 @@
 The fast twin of :mod:`nmref.flow` and of the brute-force / greedy references
 in :mod:`nmref.transposable`; tested to return identical masks. Every jitted
 callee lives in this file, so ``cache=True`` cannot serve a stale kernel. No
-``fastmath``; ``parallel`` only in :func:`exact_tiles_parallel`, whose tiles
-are independent (each thread runs the same per-tile code, so the result does
-not depend on the thread count; tested).
+``fastmath``; ``parallel`` only in the ``*_parallel`` drivers, whose tiles are
+independent (each thread runs the same per-tile code, so the result does not
+depend on the thread count; tested).
 
 Exact arithmetic
 ----------------
-Every tile is first mapped to **exact int64 units**: with ``e`` the lowest set
-bit over the tile's nonzero scores, ``unit = score * 2**-e`` is an integer.
-When the largest unit needs more than :func:`max_unit_bits` bits the tile is
-reported back (status 1) and solved by the Python-int reference instead, so
-no answer ever depends on rounding.
+Every tile is first mapped to **exact int64 units**: with ``e`` the exponent
+of the lowest significand bit over the tile's nonzero scores (float64
+significands are stripped of trailing zeros first), ``unit = score * 2**-e``
+is an integer. When the largest unit needs more than :func:`max_unit_bits`
+bits, or a potential would leave ``POTENTIAL_LIMIT``, the tile is reported back
+(status 1) and solved by the Python-int reference instead, so no answer ever
+depends on rounding or overflow.
 
 Tile status codes: 0 solved here; 1 dynamic range too wide for int64 (solve
 exactly in Python); 2 NaN or infinity in the tile (the caller raises).
@@ -28,14 +30,16 @@ SOLVED = 0
 TOO_WIDE = 1
 NOT_FINITE = 2
 
+# Potentials beyond this make a tile fall back to Python (see _ssp_tile).
+POTENTIAL_LIMIT = np.int64(1) << np.int64(58)
+
 
 def max_unit_bits(m: int) -> int:
-    """Largest unit bit length for which every intermediate fits in int64.
+    """Largest unit bit length accepted by the kernels: ``max|unit| < 2**62 / (16 m^2)``.
 
-    Potentials and path lengths stay below ``8 (m + 1) * max|unit|`` (each is a
-    signed sum along a simple path of at most ``2m + 2`` arcs, plus the starting
-    potentials), and ``16 m^2 >= 8 (m + 1)``; so ``max|unit| < 2**62 / (16 m^2)``
-    is safe with margin.
+    Sums of up to ``2 m^2`` units (kept sums, path costs) then stay far below
+    2**63. Potentials are additionally guarded at run time (``POTENTIAL_LIMIT``
+    in :func:`_ssp_tile`), so int64 overflow cannot happen silently.
     """
     return 62 - (4 + 2 * max(1, (m - 1).bit_length()))
 
@@ -306,6 +310,12 @@ def _ssp_tile(
     # --- successive shortest paths for the rest ------------------------------
     unreached = np.int64(1) << np.int64(62)  # above every distance (max_unit_bits)
     while flow < n * m:
+        # Overflow guard: with |potential| <= 2**58 and |w| < 2**54 every
+        # distance and candidate of this Dijkstra stays below 2**62. Should a
+        # tile ever exceed it, give it back (the caller solves it in Python).
+        for v in range(1, 2 * m + 1):
+            if abs(potential[v]) > POTENTIAL_LIMIT:
+                return False
         # Source/sink potentials that make their arcs' reduced costs >= 0.
         source_potential = np.int64(0)
         first = True
@@ -388,6 +398,10 @@ def _ssp_tile(
                 kept[(node - 1) * m + (previous - m - 1)] = False
             node = previous
         flow += 1
+    for v in range(1, 2 * m + 1):
+        if abs(potential[v]) > POTENTIAL_LIMIT:
+            return False
+    return True
 
 
 @numba.njit(cache=True, nogil=True)
@@ -519,10 +533,12 @@ def _exact_range(
         exponents[t] = exponent
         if code != SOLVED:
             continue
-        _ssp_tile(
+        if not _ssp_tile(
             units, m, n, kept, potential, distance, parent, settled, reached, row_kept,
             column_kept, key, order
-        )
+        ):
+            status[t] = TOO_WIDE
+            continue
         _canonical_tile(units, m, kept, potential, tight, queue, parent_node, parent_entry)
         total = np.int64(0)
         for i in range(m):
