@@ -132,11 +132,14 @@ def _check_finite(array: NDArray, name: str) -> None:
         )
 
 
-def _prepare(scores: ArrayLike, n: int, m: int, name: str = "scores") -> tuple[NDArray, Pattern]:
+def _prepare(
+    scores: ArrayLike, n: int, m: int, name: str = "scores", *, check_finite: bool = True
+) -> tuple[NDArray, Pattern]:
     pattern = check_pattern(n, m)
     array = _as_scores(scores, name)
     _check_matrix(array, pattern, name)
-    _check_finite(array, name)
+    if check_finite:
+        _check_finite(array, name)
     return array, pattern
 
 
@@ -400,7 +403,9 @@ def _solve_exact(
     rows, columns = array.shape
     tile_rows, tile_columns = rows // m, columns // m
     tiles = tile_rows * tile_columns
-    mask = np.zeros(array.shape, dtype=bool)
+    # Every entry is written: by a kernel, or by the Python path for the tiles
+    # a kernel hands back.
+    mask = np.empty(array.shape, dtype=bool)
     status = np.full(tiles, kernels.TOO_WIDE, dtype=np.int8)
     kept_units = np.zeros(tiles, dtype=np.int64)
     exponents = np.zeros(tiles, dtype=np.int64)
@@ -445,8 +450,10 @@ def _solve_exact(
                 bits, fraction_bits, n, m, max_bits,
                 mask, status, kept_units, exponents, row_units, column_units,
             )  # fmt: skip
-    if (status == kernels.NOT_FINITE).any():  # pragma: no cover - _prepare rejects these
-        raise ValueError("scores contains NaN or an infinity")
+    if (status == kernels.NOT_FINITE).any():
+        # The kernels see every value, so the caller may skip its own pass over
+        # the scores; this names the first bad index.
+        _check_finite(array, "scores")
     kept_sum = np.ldexp(kept_units.astype(np.float64), exponents.astype(np.int32))
     # Exact kept sums per tile as (units, exponent): Python ints only where needed.
     kept_exact: dict[int, tuple[int, int]] = {}
@@ -637,10 +644,12 @@ def transposable_mask(
            [0, 0, 1, 1]])
     """
     _check_method(method)
-    array, pattern = _prepare(scores, n, m)
+    greedy = method in ("greedy", "greedy-prune")
+    # The exact kernels detect NaN/inf themselves (and then raise the same error).
+    array, pattern = _prepare(scores, n, m, check_finite=greedy)
     if method == "brute" and pattern.m > BRUTE_MAX_M:
         raise ValueError(f"method='brute' needs m <= {BRUTE_MAX_M}, got m={pattern.m}")
-    if method in ("greedy", "greedy-prune"):
+    if greedy:
         return _greedy(array, pattern, prune_form=method == "greedy-prune")
     return _solve_exact(array, pattern, method=method, parallel=parallel).mask
 
