@@ -534,8 +534,19 @@ def _exact_range(
         if code != SOLVED:
             continue
         if not _ssp_tile(
-            units, m, n, kept, potential, distance, parent, settled, reached, row_kept,
-            column_kept, key, order
+            units,
+            m,
+            n,
+            kept,
+            potential,
+            distance,
+            parent,
+            settled,
+            reached,
+            row_kept,
+            column_kept,
+            key,
+            order,
         ):
             status[t] = TOO_WIDE
             continue
@@ -637,8 +648,19 @@ ENUMERATION_BLOCK = 64
 
 @numba.njit(cache=True, nogil=True)
 def _enumerate_range(
-    bits, fraction_bits, m, n, max_bits, choice_columns, patterns, first, last, mask, status,
-    kept_units, exponents,
+    bits,
+    fraction_bits,
+    m,
+    n,
+    max_bits,
+    choice_columns,
+    patterns,
+    first,
+    last,
+    mask,
+    status,
+    kept_units,
+    exponents,
 ):  # pragma: no cover
     """Best pattern of tiles ``first..last-1``; the first maximum in table order wins.
 
@@ -666,8 +688,15 @@ def _enumerate_range(
         for b in range(count):
             t = start + b
             code, exponent = _load_tile(
-                bits, (t // tiles_across) * m, (t % tiles_across) * m, m, fraction_bits,
-                max_bits, significand, scale, units,
+                bits,
+                (t // tiles_across) * m,
+                (t % tiles_across) * m,
+                m,
+                fraction_bits,
+                max_bits,
+                significand,
+                scale,
+                units,
             )
             status[t] = code
             exponents[t] = exponent
@@ -708,28 +737,69 @@ def _enumerate_range(
 
 @numba.njit(cache=True, nogil=True)
 def enumerate_tiles(
-    bits, fraction_bits, m, n, max_bits, choice_columns, patterns, mask, status, kept_units,
+    bits,
+    fraction_bits,
+    m,
+    n,
+    max_bits,
+    choice_columns,
+    patterns,
+    mask,
+    status,
+    kept_units,
     exponents,
 ):  # pragma: no cover
     """:func:`_enumerate_range` over every tile (one thread)."""
     tiles = (bits.shape[0] // m) * (bits.shape[1] // m)
     _enumerate_range(
-        bits, fraction_bits, m, n, max_bits, choice_columns, patterns, 0, tiles, mask, status,
-        kept_units, exponents,
+        bits,
+        fraction_bits,
+        m,
+        n,
+        max_bits,
+        choice_columns,
+        patterns,
+        0,
+        tiles,
+        mask,
+        status,
+        kept_units,
+        exponents,
     )
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
 def enumerate_tiles_parallel(
-    bits, fraction_bits, m, n, max_bits, choice_columns, patterns, chunks, mask, status,
-    kept_units, exponents,
+    bits,
+    fraction_bits,
+    m,
+    n,
+    max_bits,
+    choice_columns,
+    patterns,
+    chunks,
+    mask,
+    status,
+    kept_units,
+    exponents,
 ):  # pragma: no cover
     """:func:`enumerate_tiles` split into ``chunks`` independent ranges run in parallel."""
     tiles = (bits.shape[0] // m) * (bits.shape[1] // m)
     for c in numba.prange(chunks):
         _enumerate_range(
-            bits, fraction_bits, m, n, max_bits, choice_columns, patterns,
-            tiles * c // chunks, tiles * (c + 1) // chunks, mask, status, kept_units, exponents,
+            bits,
+            fraction_bits,
+            m,
+            n,
+            max_bits,
+            choice_columns,
+            patterns,
+            tiles * c // chunks,
+            tiles * (c + 1) // chunks,
+            mask,
+            status,
+            kept_units,
+            exponents,
         )
 
 
