@@ -294,3 +294,24 @@ def test_flow_returns_the_canonical_optimum_on_ties():
     expected = torch.zeros(8, 8, dtype=torch.bool)
     expected[:4, :4] = expected[4:, 4:] = True
     assert torch.equal(mask, expected)
+
+
+@pytest.mark.parametrize("layout", ["linear", "channels", "flat"])
+@pytest.mark.parametrize("method", ["exact", "greedy"])
+def test_weight_masks_equal_nmref_for_every_layout(layout, method):
+    reference = pytest.importorskip("nmref.transposable")
+    from nmsim.torch.training import transposable_weight_mask
+
+    rng = np.random.default_rng(7)
+    shape = (
+        (8, 16) if layout == "linear" else (8, 8, 3, 2) if layout == "channels" else (8, 4, 2, 2)
+    )
+    for m in (4, 8):
+        weight = rng.integers(-3, 4, shape).astype(np.float32)
+        expected = reference.transposable_weight_mask(
+            weight, m // 2, m, layout=layout, method=method
+        )
+        got = transposable_weight_mask(
+            torch.from_numpy(weight), m // 2, m, layout=layout, method=method
+        )
+        np.testing.assert_array_equal(got.numpy(), expected)

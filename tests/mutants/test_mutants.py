@@ -125,4 +125,4 @@ def test_transposable_mutants_are_rejected(name):
 
     report = check_transposable_mask(getattr(mutants, name), method="exact", raise_on_failure=False)
     assert not report.ok, report.summary()
-    assert "spec T1" in str(report)
+    assert report.failures
