@@ -27,7 +27,7 @@ def test_manifest_lists_every_file_and_digests_match():
     manifest = json.loads((VECTORS / "manifest.json").read_text())
     listed = {entry["file"] for entry in manifest["vectors"]}
     assert listed == {path.name for path in VECTORS.glob("*.npz")}
-    assert len(list(load_vectors(VECTORS))) == len(listed) >= 26
+    assert len(list(load_vectors(VECTORS))) == len(listed) >= 34
 
 
 def test_generator_reproduces_the_stored_arrays():
@@ -47,6 +47,11 @@ def test_vectors_are_valid_and_bfloat16_inputs_are_representable():
         assert vector.expected.dtype == np.bool_
         if vector.function == "nm_mask":
             assert nmref.is_nm(vector.expected, vector.n, vector.m)
+        elif vector.function.startswith("transposable_mask["):
+            from nmref.transposable import is_transposable
+
+            exact = vector.function == "transposable_mask[exact]"
+            assert is_transposable(vector.expected, vector.n, vector.m, exact=exact)
         elif vector.function == "bimask.backward_mask":
             forward = nmref.magnitude_mask(vector.input, vector.n, vector.m, layout=vector.layout)
             assert not (vector.expected & ~forward).any()  # B is inside F
@@ -62,6 +67,11 @@ def test_vectors_are_valid_and_bfloat16_inputs_are_representable():
 def _nmref_fast(vector):
     if vector.function == "nm_mask":
         return nmref.nm_mask
+    if vector.function.startswith("transposable_mask["):
+        from nmref.transposable import transposable_mask
+
+        method = vector.function[len("transposable_mask[") : -1]
+        return lambda scores, n, m: transposable_mask(scores, n, m, method=method)
     if vector.function == "bimask.backward_mask":
         from nmref import bimask
 

@@ -51,6 +51,13 @@ def golden_implementation(vector, device: str = "cpu"):
             return mask.cpu().numpy()
 
         return backward
+    if vector.function.startswith("transposable_mask["):
+        from . import transposable
+
+        method = vector.function[len("transposable_mask[") : -1]
+        return numpy_adapter(
+            transposable.transposable_mask, device=device, dtype=vector.dtype, method=method
+        )
     return None
 
 

@@ -106,6 +106,48 @@ def bimask_vectors(files: dict[str, bytes], entries: list[dict]) -> None:
             )
 
 
+# (method, dtype, kind, patterns): transposable masks (nmref.transposable, specs/transposable.md).
+TRANSPOSABLE_PLAN = [
+    ("exact", "float32", "tie_heavy", [(2, 4), (4, 8)]),
+    ("exact", "float32", "random", [(2, 4), (4, 8)]),
+    ("exact", "bfloat16", "tie_heavy", [(2, 4)]),
+    ("greedy", "float32", "tie_free", [(2, 4), (4, 8)]),
+    ("greedy-prune", "float16", "random", [(2, 4)]),
+]
+
+
+def transposable_vectors(files: dict[str, bytes], entries: list[dict]) -> None:
+    """Transposable masks (``nmref.transposable.transposable_mask``) of |scores|."""
+    from nmref.testing.transposable import transposable_cases
+    from nmref.transposable import transposable_mask
+
+    for method, dtype, kind, patterns in TRANSPOSABLE_PLAN:
+        cases = [c for c in transposable_cases(dtype) if c.kind == kind]
+        for pattern in patterns:
+            case = next(c for c in cases if (c.n, c.m) == pattern)
+            scores = np.abs(case.scores)
+            expected = transposable_mask(scores, case.n, case.m, method=method)
+            name = f"transposable_{method}_{kind}_{dtype}_{case.n}of{case.m}"
+            buffer = io.BytesIO()
+            np.savez_compressed(buffer, input=scores, expected=expected)
+            data = buffer.getvalue()
+            files[f"{name}.npz"] = data
+            entries.append(
+                {
+                    "name": name,
+                    "file": f"{name}.npz",
+                    "function": f"transposable_mask[{method}]",
+                    "n": case.n,
+                    "m": case.m,
+                    "dtype": dtype,
+                    "layout": None,
+                    "kind": kind,
+                    "shape": list(scores.shape),
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                }
+            )
+
+
 def build() -> tuple[dict[str, bytes], dict]:
     """All vector files (name -> bytes) and the manifest."""
     files: dict[str, bytes] = {}
@@ -138,12 +180,14 @@ def build() -> tuple[dict[str, bytes], dict]:
                 }
             )
     bimask_vectors(files, entries)
+    transposable_vectors(files, entries)
     manifest = {
         "schema_version": 1,
         "generator": "specs/vectors/make_vectors.py",
         "expected_by": (
             "masks: nmref.nm_mask_reference (readable), equal to the fast path; "
-            "Bi-Mask: nmref.bimask.backward_mask (forward mask by nmref.bimask.forward_mask)"
+            "Bi-Mask: nmref.bimask.backward_mask (forward mask by nmref.bimask.forward_mask); "
+            "transposable: nmref.transposable.transposable_mask of the stored |scores|"
         ),
         "note": "bfloat16 inputs are stored as their exact float32 upcast",
         "vectors": entries,
