@@ -485,9 +485,9 @@ def _solve_exact(
     slow = np.flatnonzero(~solved)
     if len(slow) >= _SLOW_TILES_WARNING:
         warnings.warn(
-            f"{len(slow)} of {tiles} tiles span more bits than int64 holds (typical of float64 "
-            "scores with full 53-bit significands); they are solved exactly in Python, about "
-            "1000x slower. Pass float32 scores if your weights are float32.",
+            f"{len(slow)} of {tiles} tiles could not be solved with int64 arithmetic (near ties "
+            "below 2**-50 of a tile's largest score, or integers above 2**53); they are solved "
+            "exactly in Python, about 1000x slower.",
             RuntimeWarning,
             stacklevel=3,
         )
@@ -666,11 +666,11 @@ def transposable_mask(
     Exact: per tile, integer scaling (O(m^2)), a start that satisfies
     complementary slackness, successive shortest paths for the remaining
     units (O(n m^3) worst case), then the canonical tie pass (O(m^2) per tied
-    entry). Tiles whose dynamic range exceeds int64 (``max_unit_bits``) are
-    solved by the Python-int reference, exactly but about 1000x slower. float32,
-    float16, bool and integer scores practically never need it; **float64
-    scores with full 53-bit significands usually do** (53 bits plus the tile's
-    exponent spread): pass float32 scores when the weights are float32.
+    entry). Tiles whose dynamic range exceeds int64 (most float64 tiles) are
+    solved on floor units and the result is certified exactly by integer
+    potentials (Bellman-Ford on the slackness constraints); only a near tie
+    below the truncation sends a tile to the Python-int reference (exact,
+    about 1000x slower; a ``RuntimeWarning`` says so when 64 or more tiles go).
 
     References
     ----------
