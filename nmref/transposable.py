@@ -634,7 +634,9 @@ def transposable_mask(
         ``"exact"``: the optimum, canonical among ties (min-cost flow, or
         pattern enumeration where ``K(m, n) <= 90``; same mask either way).
         ``"brute"``: scan every pattern of :func:`transposable_patterns`
-        (``m <= 6``); the same mask as ``"exact"``. ``"greedy"``: the keep-form
+        (``m <= 6``); the same mask as ``"exact"`` (the literal oracle: tiles
+        too wide for int64, e.g. most float64 tiles, are scanned with Python
+        ints, slowly). ``"greedy"``: the keep-form
         greedy (Hubara et al.'s code, apex ``mn_2d_greedy``): scan by
         descending score, keep while the row and column keep fewer than ``n``;
         may keep fewer than ``n`` (valid only in the relaxed ``<= n`` sense);
