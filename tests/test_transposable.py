@@ -269,7 +269,9 @@ def test_float64_scores_take_the_certified_fast_path(n, m):
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)
             fast = transposable_mask(scores, n, m)
+            parallel = transposable_mask(scores, n, m, parallel=True)
         np.testing.assert_array_equal(fast, transposable_mask_reference(scores, n, m))
+        np.testing.assert_array_equal(parallel, fast)
         assert optimality_gap(scores, fast, n, m).total == 0.0
 
 
