@@ -19,6 +19,7 @@ hyperparameters and this script's path.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from pathlib import Path
 
@@ -62,11 +63,11 @@ def train(seed: int = SEED) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     y = digits.target
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(x))
-    test_size = int(round(TEST_FRACTION * len(x)))
+    test_size = round(TEST_FRACTION * len(x))
     test, fit = order[:test_size], order[test_size:]
     sizes = (x.shape[1], *HIDDEN, 10)
     params: dict[str, np.ndarray] = {}
-    for index, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True), start=1):
+    for index, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes), start=1):
         params[f"fc{index}.weight"] = _init(rng, fan_out, fan_in)
         params[f"fc{index}.bias"] = np.zeros(fan_out)
     velocity = {name: np.zeros_like(value) for name, value in params.items()}

@@ -1,0 +1,294 @@
+"""``nmsim report [CHECKPOINT]``: the command line and terminal table of :mod:`nmsim.report`.
+
+Prints a rich table on stdout (or, with ``--json``, the full report as JSON) and
+a progress bar on stderr when stderr is a terminal. ``--out DIR`` also writes
+the JSON, a CSV and PNG plots. Errors are one line on stderr, exit status 2;
+tensors with NaN/Inf are reported in the table and skipped (exit status 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+__all__ = ["add_parser", "render_table", "run"]
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``report`` on the ``nmsim`` parser."""
+    parser = subparsers.add_parser(
+        "report",
+        help="masks, kept magnitude, training FLOPs and estimated speedup for a model",
+        description=(
+            "Analyse every eligible weight of a checkpoint (default: a small digits MLP "
+            "that ships with nmsim) with N:M mask methods and the GEMM cost model."
+        ),
+    )
+    parser.add_argument(
+        "checkpoint",
+        nargs="?",
+        help=".safetensors, .npz, .npy, .pt/.pth file, or a built-in model "
+        "(resnet50, bert-base, llama-mlp: synthetic weights); default: the packaged digits MLP",
+    )
+    parser.add_argument("--pattern", default="2:4", help="N:M, N kept of every M (default 2:4)")
+    parser.add_argument(
+        "--methods",
+        default="1d,transposable,greedy,bimask",
+        help="comma-separated mask methods: 1d, transposable, greedy, bimask",
+    )
+    parser.add_argument("--gpu", default="h100-sxm", help="GPU for time estimates")
+    parser.add_argument("--dtype", default="bf16", help="GEMM dtype: fp16, bf16, tf32, fp8, int8")
+    parser.add_argument(
+        "--batch-tokens", type=int, default=4096, help="activation rows per GEMM (default 4096)"
+    )
+    parser.add_argument("--include", help="only tensors whose name matches this regex")
+    parser.add_argument("--exclude", help="skip tensors whose name matches this regex")
+    parser.add_argument(
+        "--layout", default="auto", help="auto (linear 2-D, channels conv), linear, channels, flat"
+    )
+    parser.add_argument("--embeddings", action="store_true", help="also analyse embedding tables")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of Bi-Mask's search and zoo weights"
+    )
+    parser.add_argument(
+        "--bimask-candidates", type=int, default=100, help="permutations Bi-Mask's search tries"
+    )
+    parser.add_argument("--workers", type=int, default=1, help="processes (same result as 1)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--out", help="folder for report.json, report.csv and PNG plots")
+    parser.add_argument("--force", action="store_true", help="replace existing files in --out")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.2f}%"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _method_cell(key: str, result: dict[str, Any] | None) -> str:
+    if result is None:
+        return "n/a"
+    if "not_applicable" in result:
+        return "does not fit"
+    text = _percent(result["kept_fraction"])
+    if key == "greedy":
+        text += f" (gap {100 * result['optimality_gap']:.2f}%)"
+    return text
+
+
+SHORT_TITLES = {
+    "1d": "1-D kept",
+    "transposable": "T-exact kept",
+    "greedy": "T-greedy kept (gap)",
+    "bimask": "Bi-Mask bwd kept",
+}
+
+
+def render_table(report: dict[str, Any], console: Any) -> None:
+    """Print the report as a rich table (analysed and failed tensors), totals and notes."""
+    from rich.table import Table
+
+    settings = report["settings"]
+    checkpoint = report["checkpoint"]
+    columns = report["columns"]
+    methods = [key for key in settings["methods"] if columns[key]["available"]]
+    flops_on = columns["flops"]["available"]
+    time_on = columns["time"]["available"]
+    title = f"nmsim report: {checkpoint['source']}, pattern {settings['pattern']}"
+    if checkpoint["synthetic"]:
+        title += " [SYNTHETIC WEIGHTS]"
+    table = Table(title=title, title_justify="left", show_footer=True)
+    table.add_column("tensor", footer="model total")
+    table.add_column("shape")
+    table.add_column("layout")
+    table.add_column("fits 1-D/tiles", justify="center")
+    totals = report["totals"]
+    for key in methods:
+        total = totals["methods"].get(key)
+        footer = _percent(total["kept_fraction"]) if total else "-"
+        table.add_column(SHORT_TITLES.get(key, key), justify="right", footer=footer)
+    for key in methods if flops_on else ():
+        block = totals["flops"][key] if totals["flops"] else None
+        table.add_column(
+            f"{key} FLOPs /", justify="right", footer=_ratio(block and block["reduction"])
+        )
+    for key in methods if time_on else ():
+        block = totals["time"][key] if totals["time"] else None
+        table.add_column(
+            f"{key} est. speedup", justify="right", footer=_ratio(block and block["speedup"])
+        )
+    table.add_column("note")
+    skipped: dict[str, list[str]] = {}
+    for entry in report["tensors"]:
+        shape = "x".join(str(s) for s in entry["shape"])
+        if entry["status"] == "skipped":
+            skipped.setdefault(entry["reason"], []).append(entry["name"])
+            continue
+        if entry["status"] == "error":
+            blanks = [""] * (len(methods) * (1 + flops_on + time_on) + 2)
+            table.add_row(entry["name"], shape, *blanks, entry["reason"], style="red")
+            continue
+        align = entry["alignment"]
+        fits = (
+            ("yes" if align["groups_fit"] else "no") + "/" + ("yes" if align["tiles_fit"] else "no")
+        )
+        cells = [_method_cell(key, entry["methods"].get(key)) for key in methods]
+        if flops_on:
+            dense = entry["flops"]["dense"]["total"]
+            cells += [
+                _ratio(dense / entry["flops"][k]["total"]) if entry["flops"].get(k) else "-"
+                for k in methods
+            ]
+        if time_on:
+            dense = entry["time"]["dense"]["total"]
+            cells += [
+                _ratio(dense / entry["time"][k]["total"]) if entry["time"].get(k) else "-"
+                for k in methods
+            ]
+        table.add_row(entry["name"], shape, entry["layout"], fits, *cells, "")
+    description = checkpoint.get("description", "")
+    metadata = checkpoint.get("metadata") or {}
+    if "test_accuracy" in metadata:
+        description += f"; dense test accuracy {metadata['test_accuracy']}"
+    console.print(description, style="bold red" if checkpoint["synthetic"] else None, markup=False)
+    console.print(table)
+    counts = totals["tensors"]
+    console.print(
+        f"kept = share of sum |w| the mask keeps. {counts['analysed']} tensor(s) analysed "
+        f"({totals['parameters_analysed']:,} parameters), {counts['skipped']} skipped, "
+        f"{counts['errors']} with errors, "
+        f"{counts['in_checkpoint'] - counts['selected']} filtered out by --include/--exclude.",
+        markup=False,
+    )
+    for reason, names in skipped.items():
+        shown = ", ".join(names[:6]) + (f", ... ({len(names) - 6} more)" if len(names) > 6 else "")
+        console.print(f"skipped ({reason}): {shown}", markup=False, style="dim")
+    for key in methods:
+        total = totals["time"][key] if totals["time"] else None
+        flops = totals["flops"][key] if totals["flops"] else None
+        if total and flops:
+            console.print(
+                f"{columns[key]['title']}: training FLOPs reduced {flops['reduction']:.2f}x, "
+                f"estimated GEMM time {total['speedup']:.2f}x faster on {settings['gpu']} "
+                f"({settings['dtype']}, {settings['batch_tokens']} tokens)",
+                markup=False,
+            )
+    for column in columns.values():
+        if not column["available"]:
+            console.print(
+                f"{column['title']}: unavailable, {column['reason']}", markup=False, style="yellow"
+            )
+
+
+def _progress(console: Any, quiet: bool) -> tuple[Any, Any]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from nmsim.report import Progress as Callbacks
+
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[current]}"),
+        console=console,
+        transient=True,
+        disable=quiet or not console.is_terminal,
+    )
+    state: dict[str, Any] = {}
+
+    def start(total: int) -> None:
+        bar.start()
+        state["task"] = bar.add_task("tensors", total=total, current="")
+
+    def advance(name: str) -> None:
+        bar.update(state["task"], advance=1, current=name)
+
+    return bar, Callbacks(start=start, advance=advance)
+
+
+def _heatmap_weight(report: dict[str, Any], checkpoint: str | None) -> dict[str, Any]:
+    from nmref.checkpoints import TensorInfo
+    from nmsim.report import resolve_source
+
+    for entry in report["tensors"]:
+        result = entry["methods"].get("1d") if entry["status"] == "ok" else None
+        if entry["status"] == "ok" and (result is None or "not_applicable" not in result):
+            if entry["alignment"]["groups_fit"]:
+                source, _ = resolve_source(checkpoint)
+                info = TensorInfo(entry["name"], tuple(entry["shape"]), entry["source_dtype"])
+                record = source.load(info, report["settings"]["seed"])
+                return {entry["name"]: record.array}
+    return {}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``nmsim report``; returns the exit status."""
+    try:
+        from rich.console import Console
+
+        from nmsim.report import ReportSettings, build_report
+    except ImportError as error:
+        raise ValueError(
+            f"nmsim report needs the 'report' extra ({error.name} is missing): "
+            "pip install 'nm-sparsity-ref[report]'"
+        ) from error
+    settings = ReportSettings(
+        pattern=args.pattern,
+        methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()),
+        gpu=args.gpu,
+        dtype=args.dtype,
+        batch_tokens=args.batch_tokens,
+        include=args.include,
+        exclude=args.exclude,
+        layout=args.layout,
+        embeddings=args.embeddings,
+        seed=args.seed,
+        bimask_candidates=args.bimask_candidates,
+    )
+    if args.out is not None:
+        from pathlib import Path
+
+        from nmsim.report_files import JSON_NAME
+
+        out = Path(args.out)
+        # Fail before the work when the main output is already there.
+        if (out / JSON_NAME).exists() and not args.force:
+            raise ValueError(
+                f"--out {args.out!r} already holds {JSON_NAME}; "
+                "choose another folder or pass --force to replace it"
+            )
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"--out {args.out!r} exists and is not a folder")
+    errors = Console(stderr=True)
+    bar, callbacks = _progress(errors, args.quiet)
+    try:
+        report = build_report(args.checkpoint, settings, workers=args.workers, progress=callbacks)
+    except ImportError as error:
+        raise ValueError(f"{error}") from error
+    finally:
+        bar.stop()
+    if args.out is not None:
+        from nmsim.report_files import write_outputs
+
+        written = write_outputs(
+            report, args.out, _heatmap_weight(report, args.checkpoint), force=args.force
+        )
+        errors.print(f"wrote {', '.join(str(p) for p in written)}", highlight=False)
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=1, allow_nan=False) + "\n")
+    else:
+        console = Console(highlight=False)
+        if not console.is_terminal:
+            # Piped output (README, logs): wide enough not to truncate tensor names.
+            console = Console(highlight=False, width=160)
+        render_table(report, console)
+    bad = report["totals"]["tensors"]["errors"]
+    if bad:
+        errors.print(f"[yellow]{bad} tensor(s) skipped because of errors (see the table)[/yellow]")
+    return 0
