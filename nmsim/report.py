@@ -216,7 +216,7 @@ def _file_metadata(path: Path) -> dict[str, str]:
 
     try:
         with safe_open(str(path), framework="np") as handle:
-            return dict(handle.metadata() or {})
+            return dict(sorted((handle.metadata() or {}).items()))
     except Exception as error:
         if type(error).__name__ == "SafetensorError":
             raise ValueError(
@@ -359,14 +359,18 @@ def _tensor_flops(
     shape: tuple[int, ...], settings: ReportSettings, pattern: Pattern, applied: dict[str, bool]
 ) -> dict[str, Any]:
     dense_gemm = 2.0 * settings.batch_tokens * float(np.prod(shape, dtype=np.int64))
-    flops: dict[str, Any] = {"dense": {g: dense_gemm for g in GEMMS} | {"total": 3 * dense_gemm}}
+    methods: dict[str, Any] = {}
+    flops = {
+        "dense": {g: dense_gemm for g in GEMMS} | {"total": 3 * dense_gemm},
+        "methods": methods,
+    }
     for key, ok in applied.items():
         if not ok:
-            flops[key] = None
+            methods[key] = None
             continue
         densities = method_densities(MASK_METHODS[key].flops_method, pattern)
         per_gemm = {g: dense_gemm * densities[g] for g in GEMMS}
-        flops[key] = per_gemm | {"total": sum(per_gemm.values())}
+        methods[key] = per_gemm | {"total": sum(per_gemm.values())}
     return flops
 
 
@@ -374,12 +378,14 @@ def _tensor_time(
     shape: tuple[int, ...], settings: ReportSettings, pattern: Pattern, applied: dict[str, bool]
 ) -> dict[str, Any]:
     shapes = gemm_shapes(shape, settings.batch_tokens)
-    dense = {g: gemm_seconds(settings.gpu, shapes[g], settings.dtype, None) for g in GEMMS}
-    times: dict[str, Any] = {"dense": dense | {"total": sum(dense.values())}}
+    dense = {g: gemm_seconds(settings.gpu, shapes[g], settings.dtype, None)[0] for g in GEMMS}
+    methods: dict[str, Any] = {}
+    times = {"dense": dense | {"total": sum(dense.values())}, "methods": methods}
+    notes: set[str] = set()
     sparse_cache: dict[str, float] = {}
     for key, ok in applied.items():
         if not ok:
-            times[key] = None
+            methods[key] = None
             continue
         densities = method_densities(MASK_METHODS[key].flops_method, pattern)
         per_gemm = {}
@@ -388,15 +394,17 @@ def _tensor_time(
                 per_gemm[gemm] = dense[gemm]
                 continue
             if gemm not in sparse_cache:
-                sparse_cache[gemm] = gemm_seconds(
+                sparse_cache[gemm], gemm_notes = gemm_seconds(
                     settings.gpu, shapes[gemm], settings.dtype, pattern
                 )
+                notes.update(gemm_notes)
             # A phase-weighted mix of dense and sparse steps (ASP-like methods).
             sparse_share = 0.0
             if pattern.density < 1:
                 sparse_share = min(max((1 - densities[gemm]) / (1 - pattern.density), 0.0), 1.0)
             per_gemm[gemm] = sparse_share * sparse_cache[gemm] + (1 - sparse_share) * dense[gemm]
-        times[key] = per_gemm | {"total": sum(per_gemm.values())}
+        methods[key] = per_gemm | {"total": sum(per_gemm.values())}
+    times["notes"] = sorted(notes)
     return times
 
 
@@ -472,19 +480,19 @@ def _totals(
 def _cost_totals(analysed: list[dict], settings: ReportSettings, cost: str) -> dict[str, Any]:
     """Model totals; a tensor a method does not apply to stays dense for that method."""
     dense = {g: sum(e[cost]["dense"][g] for e in analysed) for g in (*GEMMS, "total")}
-    out: dict[str, Any] = {"dense": dense}
+    methods: dict[str, Any] = {}
     for key in settings.methods:
         if all(e["methods"].get(key) is None for e in analysed) or not analysed:
-            out[key] = None
+            methods[key] = None
             continue
         per = {
-            g: sum((e[cost][key] or e[cost]["dense"])[g] for e in analysed)
+            g: sum((e[cost]["methods"][key] or e[cost]["dense"])[g] for e in analysed)
             for g in (*GEMMS, "total")
         }
         ratio = dense["total"] / per["total"] if per["total"] > 0 else None
         per["reduction" if cost == "flops" else "speedup"] = ratio
-        out[key] = per
-    return out
+        methods[key] = per
+    return {"dense": dense, "methods": methods}
 
 
 @dataclass

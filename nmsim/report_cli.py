@@ -71,6 +71,13 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
+def _speedup(block: dict[str, Any], key: str) -> str:
+    method = block["methods"].get(key)
+    if method is None or method["total"] <= 0:
+        return "-"
+    return _ratio(block["dense"]["total"] / method["total"])
+
+
 def _method_cell(key: str, result: dict[str, Any] | None) -> str:
     if result is None:
         return "n/a"
@@ -114,12 +121,12 @@ def render_table(report: dict[str, Any], console: Any) -> None:
         footer = _percent(total["kept_fraction"]) if total else "-"
         table.add_column(SHORT_TITLES.get(key, key), justify="right", footer=footer)
     for key in methods if flops_on else ():
-        block = totals["flops"][key] if totals["flops"] else None
+        block = totals["flops"]["methods"][key] if totals["flops"] else None
         table.add_column(
             f"{key} FLOPs /", justify="right", footer=_ratio(block and block["reduction"])
         )
     for key in methods if time_on else ():
-        block = totals["time"][key] if totals["time"] else None
+        block = totals["time"]["methods"][key] if totals["time"] else None
         table.add_column(
             f"{key} est. speedup", justify="right", footer=_ratio(block and block["speedup"])
         )
@@ -140,17 +147,9 @@ def render_table(report: dict[str, Any], console: Any) -> None:
         )
         cells = [_method_cell(key, entry["methods"].get(key)) for key in methods]
         if flops_on:
-            dense = entry["flops"]["dense"]["total"]
-            cells += [
-                _ratio(dense / entry["flops"][k]["total"]) if entry["flops"].get(k) else "-"
-                for k in methods
-            ]
+            cells += [_speedup(entry["flops"], k) for k in methods]
         if time_on:
-            dense = entry["time"]["dense"]["total"]
-            cells += [
-                _ratio(dense / entry["time"][k]["total"]) if entry["time"].get(k) else "-"
-                for k in methods
-            ]
+            cells += [_speedup(entry["time"], k) for k in methods]
         table.add_row(entry["name"], shape, entry["layout"], fits, *cells, "")
     description = checkpoint.get("description", "")
     metadata = checkpoint.get("metadata") or {}
@@ -170,8 +169,8 @@ def render_table(report: dict[str, Any], console: Any) -> None:
         shown = ", ".join(names[:6]) + (f", ... ({len(names) - 6} more)" if len(names) > 6 else "")
         console.print(f"skipped ({reason}): {shown}", markup=False, style="dim")
     for key in methods:
-        total = totals["time"][key] if totals["time"] else None
-        flops = totals["flops"][key] if totals["flops"] else None
+        total = totals["time"]["methods"][key] if totals["time"] else None
+        flops = totals["flops"]["methods"][key] if totals["flops"] else None
         if total and flops:
             console.print(
                 f"{columns[key]['title']}: training FLOPs reduced {flops['reduction']:.2f}x, "
@@ -179,6 +178,9 @@ def render_table(report: dict[str, Any], console: Any) -> None:
                 f"({settings['dtype']}, {settings['batch_tokens']} tokens)",
                 markup=False,
             )
+    notes = sorted({note for e in report["tensors"] if e["time"] for note in e["time"]["notes"]})
+    for note in notes:
+        console.print(f"time model: {note}", markup=False, style="yellow")
     for column in columns.values():
         if not column["available"]:
             console.print(
@@ -283,10 +285,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(report, indent=1, allow_nan=False) + "\n")
     else:
-        console = Console(highlight=False)
+        console = Console(highlight=False, emoji=False)
         if not console.is_terminal:
             # Piped output (README, logs): wide enough not to truncate tensor names.
-            console = Console(highlight=False, width=160)
+            console = Console(highlight=False, emoji=False, width=160)
         render_table(report, console)
     bad = report["totals"]["tensors"]["errors"]
     if bad:

@@ -55,7 +55,8 @@ def csv_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             block = entry[cost] or {}
             row[f"dense_{label}"] = (block.get("dense") or {}).get("total", "")
             for key in methods:
-                row[f"{key}_{label}"] = (block.get(key) or {}).get("total", "")
+                method = (block.get("methods") or {}).get(key) or {}
+                row[f"{key}_{label}"] = method.get("total", "")
         rows.append(row)
     return rows
 
@@ -128,7 +129,7 @@ def _speedup_plot(report: dict[str, Any]) -> bytes:
     for index, key in enumerate(methods):
         values = []
         for entry in entries:
-            method_time = entry["time"].get(key) or entry["time"]["dense"]
+            method_time = entry["time"]["methods"].get(key) or entry["time"]["dense"]
             values.append(entry["time"]["dense"]["total"] / method_time["total"])
         axes.bar(positions + index * width, values, width, label=report["columns"][key]["title"])
     axes.axhline(1.0, color="black", linewidth=0.8)

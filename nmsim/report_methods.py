@@ -326,16 +326,17 @@ def method_densities(flops_method: str, pattern: Pattern) -> dict[str, float]:
 
 def gemm_seconds(
     gpu: str, shape: tuple[int, int, int], dtype: str, pattern: Pattern | None
-) -> float:
-    """Estimated time of one GEMM (``nmsim.gemm.gemm_time``); ``pattern=None`` is dense.
+) -> tuple[float, tuple[str, ...]]:
+    """Estimated time of one GEMM (``nmsim.gemm.gemm_time``) and the model's notes.
 
-    Patterns the hardware cannot accelerate run dense (``incompatible="dense"``).
+    ``pattern=None`` is dense. Patterns the hardware cannot accelerate run
+    dense (``incompatible="dense"``); the notes then say so.
     """
     gemm_time = _resolve("nmsim.gemm:gemm_time")
     m, n, k = shape
     sparse = None if pattern is None else f"{pattern.n}:{pattern.m}"
     estimate = gemm_time(gpu, m, n, k, dtype=dtype, sparse=sparse, incompatible="dense")
-    return float(estimate.time_s)
+    return float(estimate.time_s), tuple(str(note) for note in getattr(estimate, "notes", ()))
 
 
 def check_gpu(gpu: str) -> str:
