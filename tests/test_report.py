@@ -1,0 +1,420 @@
+"""Tests of ``nmsim.report`` (specs/report.md): numbers, schema, registry, workers, memory."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import itertools
+import json
+import math
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nmref
+from nmref.checkpoints import read_tensor
+from nmref.layouts import from_reduction_matrix, to_reduction_matrix
+from nmref.masks import is_nm, magnitude_mask
+from nmsim.report import ReportSettings, build_report, default_checkpoint_path
+from nmsim.report_methods import COST_MODELS, GEMMS, MASK_METHODS, mask_digest
+from nmsim.report_zoo import ZOO, synthetic_weight
+from tests.json_schema import validate
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = json.loads((ROOT / "specs" / "report.schema.json").read_text())
+
+
+def assert_valid(report: dict) -> None:
+    problems = validate(json.loads(json.dumps(report, allow_nan=False)), SCHEMA)
+    assert problems == [], problems[:5]
+
+
+def kept_fraction_by_fsum(weight: np.ndarray, mask: np.ndarray) -> float:
+    magnitudes = np.abs(weight.astype(np.float64))
+    return math.fsum(magnitudes[mask]) / math.fsum(magnitudes.ravel())
+
+
+# ----------------------------------------------------------------------------
+# Stand-ins for the providers that land in other issues: independent oracles,
+# used to test the report's own arithmetic and plumbing.
+# ----------------------------------------------------------------------------
+
+
+def _tile_patterns(n: int, m: int) -> list[np.ndarray]:
+    rows = [r for r in itertools.product((0, 1), repeat=m) if sum(r) == n]
+    found = []
+    for choice in itertools.product(rows, repeat=m):
+        tile = np.array(choice, dtype=bool)
+        if (tile.sum(axis=0) == n).all():
+            found.append(tile)
+    return found
+
+
+def fake_transposable_mask(scores, n, m, *, method="exact"):
+    """Brute force over every transposable tile (exact) or the keep-form greedy."""
+    scores = np.asarray(scores, dtype=np.float64)
+    rows, cols = scores.shape
+    if rows % m or cols % m:
+        raise ValueError(f"shape {scores.shape} must be multiples of m={m}")
+    mask = np.zeros(scores.shape, dtype=bool)
+    patterns = _tile_patterns(n, m) if method == "exact" else None
+    for r in range(0, rows, m):
+        for c in range(0, cols, m):
+            tile = scores[r : r + m, c : c + m]
+            if method == "exact":
+                sums = [tile[p].sum() for p in patterns]
+                mask[r : r + m, c : c + m] = patterns[int(np.argmax(sums))]
+            else:
+                kept = np.zeros((m, m), dtype=bool)
+                for flat in np.argsort(-tile, axis=None, kind="stable"):
+                    i, j = divmod(int(flat), m)
+                    if kept[i].sum() < n and kept[:, j].sum() < n:
+                        kept[i, j] = True
+                mask[r : r + m, c : c + m] = kept
+    return mask
+
+
+class _Densities:
+    def __init__(self, values):
+        self.values = values
+
+    def get(self, gemm):
+        return self.values[gemm]
+
+
+def fake_method_phases(method, pattern):
+    n, m = (int(x) for x in pattern.split(":"))
+    rho = n / m
+    table = {"srste": (rho, 1.0, 1.0), "transposable": (rho, rho, 1.0), "bimask": (rho, rho, 1.0)}
+    values = dict(zip(GEMMS, table[method], strict=True))
+    return (types.SimpleNamespace(fraction=1.0, densities=_Densities(values)),)
+
+
+def fake_gemm_time(gpu, m, n, k, *, dtype, sparse=None, incompatible="error"):
+    flops = 2.0 * m * n * k
+    seconds = 1e-6 + flops / (1e15 if sparse is None else 1.6e15)
+    return types.SimpleNamespace(time_s=seconds, notes=(f"fake {sparse}",) if sparse else ())
+
+
+def fake_get_gpu(name):
+    if name not in ("h100-sxm", "a100-sxm4-80gb"):
+        raise ValueError(f"gpu={name!r} is unknown; known GPUs: h100-sxm, a100-sxm4-80gb")
+    return types.SimpleNamespace(key=name)
+
+
+@pytest.fixture
+def fake_providers(monkeypatch):
+    monkeypatch.setattr(nmref, "transposable_mask", fake_transposable_mask, raising=False)
+    monkeypatch.setitem(
+        sys.modules, "nmsim.flops", types.SimpleNamespace(method_phases=fake_method_phases)
+    )
+    monkeypatch.setitem(sys.modules, "nmsim.gemm", types.SimpleNamespace(gemm_time=fake_gemm_time))
+    monkeypatch.setitem(sys.modules, "nmsim.hardware", types.SimpleNamespace(get_gpu=fake_get_gpu))
+
+
+# ----------------------------------------------------------------------------
+# The default report
+# ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def default_report():
+    return build_report()
+
+
+def test_default_checkpoint_is_a_real_trained_model(default_report):
+    checkpoint = default_report["checkpoint"]
+    assert checkpoint["kind"] == "packaged" and checkpoint["synthetic"] is False
+    assert float(checkpoint["metadata"]["test_accuracy"]) >= 0.9
+    assert (ROOT / checkpoint["metadata"]["script"]).is_file()
+    assert default_checkpoint_path().stat().st_size < 1_000_000
+    names = [e["name"] for e in default_report["tensors"] if e["status"] == "ok"]
+    assert names == ["fc1.weight", "fc2.weight", "fc3.weight"]
+    assert_valid(default_report)
+
+
+def test_one_d_numbers_equal_the_library_on_the_default_checkpoint(default_report):
+    pattern = default_report["settings"]["pattern"]
+    n, m = (int(x) for x in pattern.split(":"))
+    checked = 0
+    for entry in default_report["tensors"]:
+        if entry["status"] != "ok":
+            continue
+        weight = read_tensor(default_checkpoint_path(), entry["name"]).array
+        mask = magnitude_mask(weight, n, m)
+        result = entry["methods"]["1d"]
+        assert result["mask_sha256"] == mask_digest(mask)
+        magnitudes = np.abs(weight)
+        expected = float(np.sum(magnitudes, dtype=np.float64, where=mask)) / float(
+            np.sum(magnitudes, dtype=np.float64)
+        )
+        assert result["kept_fraction"] == expected
+        assert result["kept_fraction"] == pytest.approx(
+            kept_fraction_by_fsum(weight, mask), rel=1e-12
+        )
+        assert result["density"] == n / m
+        checked += 1
+    assert checked == 3
+    total = default_report["totals"]["methods"]["1d"]
+    kept = sum(
+        e["methods"]["1d"]["kept_magnitude"]
+        for e in default_report["tensors"]
+        if e["status"] == "ok"
+    )
+    whole = sum(e["total_magnitude"] for e in default_report["tensors"] if e["status"] == "ok")
+    assert total["kept_fraction"] == kept / whole and total["tensors"] == 3
+
+
+def test_mask_digest_distinguishes_one_flipped_bit_and_shape():
+    mask = np.zeros((4, 8), dtype=bool)
+    mask[:, ::2] = True
+    flipped = mask.copy()
+    flipped[3, 7] = True
+    assert mask_digest(mask) != mask_digest(flipped)
+    assert mask_digest(mask) != mask_digest(mask.reshape(8, 4))
+    assert mask_digest(mask) == mask_digest(mask.copy(order="F"))
+
+
+def test_unavailable_columns_are_labelled_and_empty(default_report, monkeypatch):
+    columns = default_report["columns"]
+    for key, column in columns.items():
+        if not column["available"]:
+            assert "not in this installation" in column["reason"]
+            assert all(e["methods"].get(key) is None for e in default_report["tensors"])
+            if key in ("flops", "time"):
+                assert default_report["totals"][key] is None
+    # A method whose function is missing is unavailable, with the reason, and empty.
+    missing = dataclasses.replace(MASK_METHODS["1d"], requires=("nmref:no_such_function",))
+    monkeypatch.setitem(MASK_METHODS, "1d", missing)
+    report = build_report(settings=ReportSettings(methods=("1d",)))
+    assert report["columns"]["1d"]["available"] is False
+    assert report["columns"]["1d"]["reason"].startswith("needs nmref.no_such_function")
+    assert all(e["methods"].get("1d") is None for e in report["tensors"])
+    assert report["totals"]["methods"]["1d"] is None
+    assert_valid(report)
+
+
+def test_conv_weights_use_the_channels_layout_and_equal_the_library():
+    report = build_report("resnet50", ReportSettings(methods=("1d",), include=r"^layer1\.0\."))
+    assert report["checkpoint"]["synthetic"] is True
+    entries = [e for e in report["tensors"] if e["status"] == "ok"]
+    assert [e["layout"] for e in entries] == ["channels"] * 4
+    for entry in entries:
+        weight = synthetic_weight(entry["name"], tuple(entry["shape"]), 0)
+        mask = magnitude_mask(weight, 2, 4, layout="channels")
+        assert entry["methods"]["1d"]["mask_sha256"] == mask_digest(mask)
+        assert is_nm(to_reduction_matrix(mask, "channels"), 2, 4)
+    assert_valid(report)
+
+
+def test_zoo_shapes_match_the_published_parameter_counts():
+    count = {name: sum(int(np.prod(s)) for _, s in model.shapes) for name, model in ZOO.items()}
+    # torchvision ResNet-50: 25,557,032 parameters, minus 53,120 BatchNorm and 1,000 fc bias.
+    assert count["resnet50"] == 25_502_912
+    assert sum(len(s) == 4 for _, s in ZOO["resnet50"].shapes) == 53
+    # BERT-base encoder GEMMs: 12 x (4 x 768^2 + 2 x 768 x 3072), plus the pooler.
+    assert count["bert-base"] == 12 * (4 * 768**2 + 2 * 768 * 3072) + 768**2
+    assert count["llama-mlp"] == 3 * 4096 * 11008
+
+
+def test_synthetic_weights_depend_only_on_name_and_seed():
+    first = synthetic_weight("a.weight", (8, 16), 3)
+    synthetic_weight("b.weight", (8, 16), 3)
+    np.testing.assert_array_equal(first, synthetic_weight("a.weight", (8, 16), 3))
+    assert not np.array_equal(first, synthetic_weight("a.weight", (8, 16), 4))
+    assert first.dtype == np.float32
+    assert abs(float(first.std()) - 0.25) < 0.1
+
+
+# ----------------------------------------------------------------------------
+# Registry plumbing, checked with independent stand-in providers
+# ----------------------------------------------------------------------------
+
+
+def test_transposable_columns_use_the_registered_function(fake_providers):
+    settings = ReportSettings(methods=("1d", "transposable", "greedy"))
+    report = build_report(None, settings)
+    assert_valid(report)
+    for entry in report["tensors"]:
+        if entry["status"] != "ok":
+            continue
+        weight = read_tensor(default_checkpoint_path(), entry["name"]).array
+        exact_result = entry["methods"]["transposable"]
+        greedy_result = entry["methods"]["greedy"]
+        if not entry["alignment"]["tiles_fit"]:
+            assert "must be multiples" in exact_result["not_applicable"]
+            assert "not_applicable" in greedy_result
+            continue
+        matrix = np.abs(weight)
+        exact = fake_transposable_mask(matrix, 2, 4)
+        greedy = fake_transposable_mask(matrix, 2, 4, method="greedy")
+        assert exact_result["mask_sha256"] == mask_digest(exact)
+        assert greedy_result["mask_sha256"] == mask_digest(greedy)
+        exact_kept = float(np.sum(matrix, dtype=np.float64, where=exact))
+        greedy_kept = float(np.sum(matrix, dtype=np.float64, where=greedy))
+        assert greedy_result["optimality_gap"] == (exact_kept - greedy_kept) / exact_kept
+        # The exact optimum dominates the 1-D row-only mask's columns... and never loses to greedy.
+        assert exact_result["kept_fraction"] >= greedy_result["kept_fraction"]
+        assert exact_result["kept_fraction"] <= entry["methods"]["1d"]["kept_fraction"]
+    # fc3 (10 rows) does not fill 4x4 tiles: counted as not applicable in the totals.
+    assert report["totals"]["methods"]["transposable"]["not_applicable"] == 1
+
+
+def test_flops_and_time_follow_the_documented_accounting(fake_providers):
+    tokens = 512
+    settings = ReportSettings(methods=("1d", "transposable"), batch_tokens=tokens)
+    report = build_report(None, settings)
+    assert_valid(report)
+    assert report["columns"]["flops"]["available"] and report["columns"]["time"]["available"]
+    dense_total = method_total = 0.0
+    for entry in report["tensors"]:
+        if entry["status"] != "ok":
+            assert entry["flops"] is None and entry["time"] is None
+            continue
+        out, k_in = entry["shape"]
+        dense = 2.0 * tokens * out * k_in
+        assert entry["flops"]["dense"] == {g: dense for g in GEMMS} | {"total": 3 * dense}
+        assert entry["flops"]["methods"]["1d"]["forward"] == dense / 2
+        assert entry["flops"]["methods"]["1d"]["input_grad"] == dense
+        time = entry["time"]
+        forward = fake_gemm_time("h100-sxm", out, tokens, k_in, dtype="bf16").time_s
+        sparse_grad = fake_gemm_time(
+            "h100-sxm", k_in, tokens, out, dtype="bf16", sparse="2:4"
+        ).time_s
+        assert time["dense"]["forward"] == forward
+        if entry["methods"]["transposable"].get("not_applicable"):
+            assert entry["flops"]["methods"]["transposable"] is None
+            method_total += time["dense"]["total"]
+        else:
+            assert time["methods"]["transposable"]["input_grad"] == sparse_grad
+            method_total += time["methods"]["transposable"]["total"]
+        dense_total += time["dense"]["total"]
+    totals = report["totals"]["time"]
+    assert totals["dense"]["total"] == pytest.approx(dense_total, rel=1e-15)
+    assert totals["methods"]["transposable"]["total"] == pytest.approx(method_total, rel=1e-15)
+    assert totals["methods"]["transposable"]["speedup"] == pytest.approx(
+        dense_total / method_total, rel=1e-15
+    )
+    flops = report["totals"]["flops"]["methods"]["1d"]
+    assert flops["reduction"] == pytest.approx(1 / ((0.5 + 1 + 1) / 3))
+
+
+def test_unknown_gpu_is_an_error_when_the_gpu_database_is_installed(fake_providers):
+    with pytest.raises(ValueError, match="gpu='h900' is unknown"):
+        build_report(None, ReportSettings(gpu="h900"))
+
+
+# ----------------------------------------------------------------------------
+# Workers, errors inside tensors, memory
+# ----------------------------------------------------------------------------
+
+
+def test_two_workers_give_the_same_document_as_one(fake_providers):
+    settings = ReportSettings(methods=("1d", "transposable", "greedy"), include=r"^layer1\.")
+    one = build_report("resnet50", settings, workers=1)
+    two = build_report("resnet50", settings, workers=2)
+    assert json.dumps(one) == json.dumps(two)
+    assert len([e for e in one["tensors"] if e["status"] == "ok"]) == 10
+
+
+def test_nan_and_inf_tensors_are_reported_and_skipped(tmp_path):
+    rng = np.random.default_rng(0)
+    good = rng.standard_normal((8, 16)).astype(np.float32)
+    with_nan = good.copy()
+    with_nan[2, 5] = np.nan
+    with_inf = good.copy()
+    with_inf[0, 1] = -np.inf
+    path = tmp_path / "w.npz"
+    np.savez(path, a=with_nan, b=good, c=with_inf)
+    report = build_report(str(path), ReportSettings(methods=("1d",)))
+    assert_valid(report)
+    status = {e["name"]: (e["status"], e["reason"]) for e in report["tensors"]}
+    assert status["a"] == ("error", "weights contain NaN (first at index (2, 5)); tensor skipped")
+    assert status["b"] == ("ok", None)
+    assert status["c"][0] == "error" and "Inf (first at index (0, 1))" in status["c"][1]
+    assert report["totals"]["tensors"]["errors"] == 2
+    assert report["totals"]["methods"]["1d"]["tensors"] == 1
+
+
+def test_copying_the_report_does_not_share_state(default_report):
+    # Reports are plain data: safe to modify (e.g. by a caller adding fields).
+    copied = copy.deepcopy(default_report)
+    copied["tensors"].clear()
+    assert default_report["tensors"]
+
+
+def _write_streaming_safetensors(path: Path, count: int, shape: tuple[int, int]) -> int:
+    """Write ``count`` float32 tensors one at a time (never all in memory); returns bytes."""
+    import struct
+
+    size = int(np.prod(shape)) * 4
+    header = {
+        f"layer{i:02d}.weight": {
+            "dtype": "F32",
+            "shape": list(shape),
+            "data_offsets": [i * size, (i + 1) * size],
+        }
+        for i in range(count)
+    }
+    blob = json.dumps(header).encode()
+    blob += b" " * (-len(blob) % 8)
+    with open(path, "wb") as handle:
+        handle.write(struct.pack("<Q", len(blob)))
+        handle.write(blob)
+        for i in range(count):
+            values = np.random.default_rng(i).standard_normal(shape, dtype=np.float32)
+            handle.write(values.tobytes())
+    return path.stat().st_size
+
+
+MEMORY_PROBE = """
+import contextlib, io, resource, sys
+from nmsim.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    assert main(["report", "--quiet", "--json", "--methods", "1d"]) == 0
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+with contextlib.redirect_stdout(io.StringIO()):
+    status = main(["report", sys.argv[1], "--quiet", "--json", "--methods", "1d"])
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(status, before * 1024, after * 1024)
+"""
+
+
+def test_peak_memory_is_bounded_on_a_large_safetensors_file(tmp_path):
+    shape = (1024, 2048)  # 8 MiB per tensor
+    tensor_bytes = 1024 * 2048 * 4
+    file_bytes = _write_streaming_safetensors(tmp_path / "big.safetensors", 40, shape)
+    assert file_bytes > 320 * 2**20
+    result = subprocess.run(
+        [sys.executable, "-c", MEMORY_PROBE, str(tmp_path / "big.safetensors")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    status, before, after = (int(x) for x in result.stdout.split())
+    assert status == 0
+    growth = after - before
+    # A few working copies of one tensor, never the file.
+    assert growth < 12 * tensor_bytes, (growth, tensor_bytes)
+    assert growth < file_bytes / 3
+
+
+def test_registry_lists_every_documented_method_and_cost_model():
+    assert list(MASK_METHODS) == ["1d", "transposable", "greedy", "bimask"]
+    assert list(COST_MODELS) == ["flops", "time"]
+    assert MASK_METHODS["1d"].unavailable() is None
+    for method in MASK_METHODS.values():
+        assert method.flops_method in ("srste", "transposable", "bimask")
+
+
+def test_from_reduction_matrix_round_trip_used_by_matrix_methods():
+    weight = synthetic_weight("conv", (8, 4, 3, 3), 0)
+    matrix = to_reduction_matrix(weight, "channels")
+    np.testing.assert_array_equal(from_reduction_matrix(matrix, weight.shape, "channels"), weight)
