@@ -215,17 +215,26 @@ def _file_errors(path: Path) -> Iterator[None]:
         EOFError,
         pickle.UnpicklingError,  # torch's weights_only refusal
     ) as error:
-        raise ValueError(f"path={str(path)!r} is not a valid {suffix} file: {error}") from error
+        raise ValueError(
+            f"path={str(path)!r} is not a valid {suffix} file: {_first_line(error)}"
+        ) from error
     except Exception as error:
         # safetensors raises SafetensorError; torch raises RuntimeError for bad archives.
         if type(error).__name__ == "SafetensorError" or (
             suffix in (".pt", ".pth") and isinstance(error, RuntimeError)
         ):
-            first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
             raise ValueError(
-                f"path={str(path)!r} is not a valid {suffix} file: {first_line}"
+                f"path={str(path)!r} is not a valid {suffix} file: {_first_line(error)}"
             ) from error
         raise
+
+
+def _first_line(error: BaseException) -> str:
+    """The first line of a message: torch's run to a page, and errors here are one line."""
+    if isinstance(error, pickle.UnpicklingError):
+        return "it holds pickled objects other than tensors, which weights_only loading refuses"
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
 
 
 _SAFETENSORS_DTYPES = {
