@@ -10,6 +10,14 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from nmref.bame import (
+    BameConfig,
+    BameState,
+    block_scores,
+    evolve_mask,
+    evolve_mask_reference,
+    select_blocks,
+)
 from nmref.layouts import (
     LAYOUTS,
     default_layout,
@@ -34,10 +42,15 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 __all__ = [
     "LAYOUTS",
+    "BameConfig",
+    "BameState",
     "Pattern",
     "__version__",
+    "block_scores",
     "check_pattern",
     "default_layout",
+    "evolve_mask",
+    "evolve_mask_reference",
     "from_reduction_matrix",
     "is_nm",
     "magnitude_mask",
@@ -45,6 +58,7 @@ __all__ = [
     "nm_mask_reference",
     "nm_violations",
     "parse_pattern",
+    "select_blocks",
     "to_magnitudes",
     "to_reduction_matrix",
     "to_reduction_shape",

@@ -1,0 +1,260 @@
+"""End-to-end step estimate: FLOP reduction next to modelled time reduction (Amdahl).
+
+For each phase of a method (:func:`nmsim.flops.method_phases`) every GEMM of
+every layer is timed with :func:`nmsim.gemm.gemm_time`, sparse where the method
+sparsifies it **and** the hardware can run it (a weight operand with a
+2:4-compatible pattern); the non-GEMM remainder of the step (norms,
+activations, optimizer, attention softmax...) is a stated fraction of the
+dense step and does not shrink; training adds a runtime prune + compress pass
+per sparse weight copy and step. See ``specs/gemm_model.md`` §"Step estimate".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from nmref.patterns import Pattern, parse_pattern
+from nmsim.calibration import compress_time_s
+from nmsim.flops import (
+    GEMMS,
+    MethodOptions,
+    inference_density,
+    is_sparse_layer,
+    method_phases,
+    training_flops,
+)
+from nmsim.gemm import GemmParameters, gemm_time, hardware_compatible
+from nmsim.hardware import DTYPE_BYTES, get_gpu, normalize_dtype
+from nmsim.models import Layer, model_layers
+
+__all__ = ["DEFAULT_NON_GEMM_FRACTION", "StepEstimate", "estimate_step"]
+
+#: Share of a dense step spent outside GEMMs when the caller gives none. An
+#: assumption, not a measurement: no published point isolates it (hardware.md §3).
+DEFAULT_NON_GEMM_FRACTION = 0.25
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    """Result of :func:`estimate_step` (seconds per step)."""
+
+    model: str
+    method: str
+    pattern: str
+    gpu: str
+    dtype: str
+    batch: int
+    mode: str
+    dense_gemm_s: float
+    gemm_s: float
+    non_gemm_s: float
+    compress_s: float
+    dense_step_s: float
+    step_s: float
+    dense_per_gemm_s: dict[str, float]
+    per_gemm_s: dict[str, float]
+    flop_reduction_ideal: float
+    flop_reduction_hardware: float
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def time_reduction(self) -> float:
+        """Dense step time / method step time."""
+        return self.dense_step_s / self.step_s
+
+    @property
+    def gemm_time_reduction(self) -> float:
+        """Dense GEMM time / method GEMM time (no Amdahl, no compress)."""
+        return self.dense_gemm_s / self.gemm_s
+
+    def as_dict(self) -> dict[str, object]:
+        """Plain-JSON form."""
+        from dataclasses import asdict
+
+        return {**asdict(self), "time_reduction": self.time_reduction,
+                "gemm_time_reduction": self.gemm_time_reduction, "notes": list(self.notes)}
+
+
+def _gemm(gpu: str, m: int, n: int, k: int, dtype: str, pattern: Pattern | None,
+          params: GemmParameters | None, where: str, *, b_elements: int | None = None,
+          c_elements: int | None = None) -> float:
+    try:
+        return gemm_time(gpu, m, n, k, dtype=dtype, sparse=pattern, incompatible="dense",
+                         parameters=params, b_elements=b_elements,
+                         c_elements=c_elements).time_s
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
+
+
+def estimate_step(
+    model: str | Sequence[Layer],
+    method: str,
+    pattern: str | Pattern,
+    gpu: str,
+    batch: int,
+    dtype: str = "bf16",
+    *,
+    mode: Literal["train", "inference"] = "train",
+    options: MethodOptions | None = None,
+    non_gemm_fraction: float = DEFAULT_NON_GEMM_FRACTION,
+    parameters: GemmParameters | None = None,
+    model_name: str | None = None,
+) -> StepEstimate:
+    """Estimate one training (or inference) step, dense vs ``method``.
+
+    Parameters
+    ----------
+    model : str or sequence of Layer
+        Built-in model name or layer table (per example).
+    method, pattern : str
+        See :data:`nmsim.flops.METHODS`; N:M pattern (N kept of M).
+    gpu : str
+        Database key.
+    batch : int
+        Examples per step (>= 1); GEMM ``n`` is ``positions * batch``.
+    dtype : str
+        Tensor-core input dtype.
+    mode : {"train", "inference"}
+        ``inference`` times only the forward GEMMs with the deployed mask.
+    options : MethodOptions, optional
+    non_gemm_fraction : float
+        Share of the **dense** step outside GEMMs, in [0, 1); kept unchanged
+        by sparsity (Amdahl). Default :data:`DEFAULT_NON_GEMM_FRACTION` is an
+        assumption.
+    parameters : GemmParameters, optional
+        GEMM model parameters (default: calibrated).
+
+    Returns
+    -------
+    StepEstimate
+
+    Raises
+    ------
+    ValueError
+        Bad batch, fraction, mode, model, method or pattern; a sparse layer
+        whose GEMM reduction length is not a multiple of M.
+
+    Notes
+    -----
+    The weight gradient ``dW = dY^T X`` has no weight operand: an
+    output-sparse ``dW`` (BAME, all-sparse) saves FLOPs on paper but runs
+    dense here. Attention products are timed as one dense GEMM with the heads
+    and batch folded into ``n`` (an approximation). Grouped convolutions are
+    ``count`` separate GEMMs. Complexity O(layers x phases x tile configs).
+    """
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch={batch!r} must be a positive integer")
+    if not 0.0 <= non_gemm_fraction < 1.0:
+        raise ValueError(f"non_gemm_fraction={non_gemm_fraction} must be in [0, 1)")
+    if mode not in ("train", "inference"):
+        raise ValueError(f"mode={mode!r} must be 'train' or 'inference'")
+    opts = options if options is not None else MethodOptions()
+    nm = parse_pattern(pattern)
+    dtype = normalize_dtype(dtype)
+    gpu_obj = get_gpu(gpu)
+    gpu_obj.peak(dtype)  # fail early on an unsupported dtype
+    layers = model_layers(model) if isinstance(model, str) else tuple(model)
+    name = model if isinstance(model, str) else (model_name or "custom")
+    phases = method_phases(method, nm, opts)
+    if mode == "inference":
+        phases = (replace(phases[-1], fraction=1.0),)  # one step with the deployed mask
+    hardware = gpu_obj.peak(dtype).sparse_pattern
+    runs_sparse = hardware_compatible(nm, hardware)
+    notes: list[str] = []
+    if method not in ("dense", "inference_only") and not runs_sparse:
+        notes.append(f"{nm} is not accelerated by {gpu_obj.key} {dtype} (needs {hardware}-"
+                     "compatible): sparse GEMMs are timed dense")
+    first_weight = next((i for i, layer in enumerate(layers) if layer.has_weight), None)
+    gemms = GEMMS if mode == "train" else ("forward",)
+
+    dense_per = dict.fromkeys(gemms, 0.0)
+    method_per = dict.fromkeys(gemms, 0.0)
+    compress = 0.0
+    for phase in phases:
+        for index, layer in enumerate(layers):
+            rows = layer.positions * batch
+            sparse_layer = (method != "dense" and is_sparse_layer(layer, opts)
+                            and (mode == "inference" or method != "inference_only"))
+            inference_sparse = mode == "inference" and sparse_layer
+            if sparse_layer and layer.in_features % nm.m:
+                raise ValueError(f"layer {layer.name!r}: reduction length {layer.in_features} "
+                                 f"is not a multiple of M={nm.m}")
+            for gemm in gemms:
+                if gemm == "input_grad" and index == first_weight and \
+                        not opts.count_first_layer_input_grad:
+                    continue
+                if not layer.has_weight:
+                    shape = (layer.out_features, rows * layer.count, layer.in_features)
+                    count = 1 if gemm == "forward" else (2 if gemm == "input_grad" else 0)
+                    if count == 0:
+                        continue
+                    t = count * _gemm(gpu_obj.key, *shape, dtype, None, parameters, layer.name)
+                    dense_per[gemm] += phase.fraction * t
+                    method_per[gemm] += phase.fraction * t
+                    continue
+                # The activation (or its gradient) is moved once, not as im2col.
+                activation = layer.activation_elements * batch // layer.count
+                b_el = c_el = None
+                if gemm == "forward":
+                    shape = (layer.out_features, rows, layer.in_features)
+                    b_el = activation
+                elif gemm == "input_grad":
+                    shape = (layer.in_features, rows, layer.out_features)
+                    c_el = activation
+                else:
+                    shape = (layer.out_features, layer.in_features, rows)
+                    b_el = activation
+                where = f"layer {layer.name!r} {gemm}"
+                dense_t = layer.count * _gemm(gpu_obj.key, *shape, dtype, None, parameters,
+                                              where, b_elements=b_el, c_elements=c_el)
+                if not sparse_layer:
+                    density = 1.0
+                elif mode == "inference":
+                    density = inference_density(method, nm)  # the deployed mask
+                else:
+                    density = phase.densities.get(gemm)
+                use_sparse = (density < 1.0 and gemm != "weight_grad"
+                              and (mode == "train" or inference_sparse))
+                if use_sparse:
+                    t = layer.count * _gemm(gpu_obj.key, *shape, dtype, nm, parameters, where,
+                                            b_elements=b_el, c_elements=c_el)
+                    if mode == "train" and runs_sparse:
+                        weight_bytes = (layer.out_features * layer.in_features * layer.count
+                                        * DTYPE_BYTES[dtype])
+                        compress += phase.fraction * compress_time_s(
+                            gpu_obj.key, weight_bytes, parameters)
+                else:
+                    t = dense_t
+                dense_per[gemm] += phase.fraction * dense_t
+                method_per[gemm] += phase.fraction * t
+    if mode == "train" and any(p.sparse_weight_gradient for p in phases):
+        notes.append("the output-sparse weight gradient cannot use sparse tensor cores "
+                     "(no weight operand): timed dense")
+    if mode == "train" and method == "inference_only":
+        notes.append("inference_only trains dense: no training speedup by construction")
+
+    dense_gemm = sum(dense_per.values())
+    method_gemm = sum(method_per.values())
+    non_gemm = dense_gemm * non_gemm_fraction / (1.0 - non_gemm_fraction)
+    if mode == "train":
+        ideal = training_flops(layers, method, nm, options=opts, model_name=name)
+        hard = training_flops(layers, method, nm, options=opts, accounting="hardware",
+                              model_name=name)
+        flop_ideal, flop_hardware = ideal.reduction, hard.reduction
+    else:
+        ideal = training_flops(layers, method, nm, options=opts, model_name=name)
+        hard = training_flops(layers, method, nm, options=opts, accounting="hardware",
+                              model_name=name)
+        flop_ideal, flop_hardware = 1 / ideal.inference_ratio, 1 / hard.inference_ratio
+    notes.append(f"non-GEMM share of the dense step assumed {non_gemm_fraction:.0%} "
+                 "(unchanged by sparsity)")
+    return StepEstimate(
+        model=name, method=method, pattern=str(nm), gpu=gpu_obj.key, dtype=dtype, batch=batch,
+        mode=mode, dense_gemm_s=dense_gemm, gemm_s=method_gemm, non_gemm_s=non_gemm,
+        compress_s=compress, dense_step_s=dense_gemm + non_gemm,
+        step_s=method_gemm + non_gemm + compress, dense_per_gemm_s=dense_per,
+        per_gemm_s=method_per, flop_reduction_ideal=flop_ideal,
+        flop_reduction_hardware=flop_hardware, notes=tuple(notes),
+    )

@@ -1,0 +1,227 @@
+"""``nmsim compress`` and ``nmsim inspect``: the 2:4 compressed format on the command line.
+
+``nmsim compress W.npy --dtype fp16 -o out.npz`` writes the values and sm80 metadata of a 2:4
+matrix; ``nmsim inspect out.npz`` prints the kept-position histogram and decodes the first
+groups. File format: ``specs/formats.md``, section 12.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FILE_FORMAT = "nmsim-2to4-v1"
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``compress`` and ``inspect`` on the ``nmsim`` command line."""
+    from nmsim.formats import DTYPE_KINDS, METADATA_LAYOUTS, OVERFULL_POLICIES
+
+    compress = subparsers.add_parser(
+        "compress",
+        help="compress a 2:4 sparse matrix (.npy) into tensor-core values + metadata (.npz)",
+        description=(
+            "Compress a 2-D 2:4 sparse matrix (fp32: 1:2) into the CUTLASS sm80 format that "
+            "PyTorch's converter produces (specs/formats.md). Groups run along the last axis."
+        ),
+    )
+    compress.add_argument("input", type=Path, help="2-D .npy array, already pruned to 2:4")
+    compress.add_argument("--dtype", required=True, choices=DTYPE_KINDS, help="element type")
+    compress.add_argument("-o", "--output", type=Path, required=True, help="output .npz")
+    compress.add_argument("--layout", choices=METADATA_LAYOUTS, default="cutlass_sm80")
+    compress.add_argument(
+        "--overfull",
+        choices=OVERFULL_POLICIES,
+        default="error",
+        help="groups with too many nonzeros: error (default) or drop extras as PyTorch does",
+    )
+    compress.set_defaults(func=run_compress)
+
+    inspect = subparsers.add_parser(
+        "inspect",
+        help="summarise a compressed .npz: pattern histogram and decoded metadata",
+        description="Print the kept-position histogram and decode the first metadata groups.",
+    )
+    inspect.add_argument("input", type=Path, help=".npz written by nmsim compress")
+    inspect.add_argument("--rows", type=int, default=4, help="rows to decode (default 4)")
+    inspect.add_argument("--groups", type=int, default=8, help="groups per row (default 8)")
+    inspect.set_defaults(func=run_inspect)
+
+
+# ---------------------------------------------------------------------------------------------
+# compress
+# ---------------------------------------------------------------------------------------------
+
+
+def _float_to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """Round float16/32/64 to bf16 bits, correctly (no double rounding through float32)."""
+    from nmsim.formats import float32_to_bf16_bits
+
+    single = x.astype(np.float32)
+    bits = float32_to_bf16_bits(single)
+    if x.dtype == np.float64:
+        # float64 -> float32 may land exactly on a bf16 tie that the float64 value was not on;
+        # settle those ties by the side the float64 value lies on.
+        single_bits = single.view(np.uint32)
+        tie = ((single_bits & 0xFFFF) == 0x8000) & (x != single) & np.isfinite(single)
+        above = np.abs(x) > np.abs(single.astype(np.float64))
+        truncated = (single_bits >> 16).astype(np.uint16)
+        bits = np.where(tie, np.where(above, truncated + np.uint16(1), truncated), bits)
+    return bits.astype(np.uint16)
+
+
+def convert_for_kind(array: np.ndarray, kind: str) -> tuple[np.ndarray, str]:
+    """Convert a loaded array to the storage dtype of ``kind``; returns (array, note).
+
+    Float inputs are rounded to nearest even (reported); integer inputs must convert exactly;
+    ``uint16`` input for bf16 is taken as bf16 bit patterns. Anything else raises.
+    """
+    from nmsim.formats import format_spec
+
+    target = format_spec(kind).storage_dtype
+    if kind == "bf16" and array.dtype == np.uint16:
+        return array, "uint16 input taken as bf16 bit patterns"
+    if array.dtype == target:
+        return array, "no conversion"
+    if kind == "int8":
+        if array.dtype.kind in "iu" or array.dtype.kind == "f":
+            as_int = array.astype(np.int8)
+            if array.dtype.kind == "f" and not np.isfinite(array).all():
+                raise ValueError("input holds NaN or inf; int8 needs finite integers")
+            if not np.array_equal(as_int.astype(np.float64), array.astype(np.float64)):
+                raise ValueError(
+                    "int8 needs integer values in [-128, 127]; the input has others "
+                    "(quantise it first)"
+                )
+            return as_int, f"converted {array.dtype} -> int8 exactly"
+        raise ValueError(f"cannot convert {array.dtype} to int8")
+    if array.dtype.kind not in "fiu":
+        raise ValueError(f"cannot convert {array.dtype} to {kind}")
+    source = array.astype(np.float64) if array.dtype.kind in "iu" else array
+    if kind == "bf16":
+        converted = _float_to_bf16_bits(source)
+        from nmsim.formats import bf16_bits_to_float32
+
+        back = bf16_bits_to_float32(converted).astype(np.float64)
+    else:
+        converted = source.astype(target)
+        back = converted.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        changed = int(np.count_nonzero((back != source) & ~(np.isnan(back) & np.isnan(source))))
+    return converted, (
+        f"rounded {array.dtype} -> {kind} (nearest even): {changed} of {array.size} values changed"
+    )
+
+
+def run_compress(args: argparse.Namespace) -> int:
+    from nmsim.formats import compress_2to4
+
+    array = np.load(args.input, allow_pickle=False)
+    if array.ndim != 2:
+        raise ValueError(
+            f"{args.input} holds shape {array.shape}; compress needs a 2-D (rows, reduction) "
+            "matrix: flatten conv weights with nmref.layouts.to_reduction_matrix first"
+        )
+    dense, note = convert_for_kind(array, args.dtype)
+    values, metadata = compress_2to4(
+        dense, dtype_kind=args.dtype, layout=args.layout, overfull=args.overfull
+    )
+    np.savez(
+        args.output,
+        values=values,
+        metadata=metadata,
+        dtype_kind=np.array(args.dtype),
+        layout=np.array(args.layout),
+        shape=np.array(dense.shape, dtype=np.int64),
+        format=np.array(FILE_FORMAT),
+    )
+    print(f"{args.input}: {dense.shape[0]} x {dense.shape[1]} {args.dtype} ({note})")
+    print(
+        f"values {values.shape} {values.dtype}, metadata {metadata.shape} {metadata.dtype} "
+        f"[{args.layout}]: {values.nbytes + metadata.nbytes} bytes vs {dense.nbytes} dense"
+    )
+    print(f"wrote {args.output}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# inspect
+# ---------------------------------------------------------------------------------------------
+
+
+def load_compressed(path: Path) -> dict[str, Any]:
+    """Read and check a file written by ``nmsim compress``."""
+    with np.load(path, allow_pickle=False) as data:
+        missing = {"values", "metadata", "dtype_kind", "layout", "shape", "format"} - set(
+            data.files
+        )
+        if missing:
+            raise ValueError(f"{path} is not an nmsim compressed file: missing {sorted(missing)}")
+        if str(data["format"]) != FILE_FORMAT:
+            raise ValueError(f"{path} has format {str(data['format'])!r}, expected {FILE_FORMAT!r}")
+        return {
+            "values": data["values"],
+            "metadata": data["metadata"],
+            "dtype_kind": str(data["dtype_kind"]),
+            "layout": str(data["layout"]),
+            "shape": tuple(int(s) for s in data["shape"]),
+        }
+
+
+def pattern_histogram(positions: np.ndarray, group_size: int) -> dict[str, int]:
+    """Count groups by kept positions, keyed by the kept pattern (``"1100"``, or ``"10"``)."""
+    counts: dict[str, int] = {}
+    pairs, frequency = np.unique(positions.reshape(-1, 2), axis=0, return_counts=True)
+    for (first, second), count in zip(pairs.tolist(), frequency.tolist(), strict=True):
+        if group_size == 2:
+            key = "10" if first // 2 == 0 else "01"
+        else:
+            key = "".join("1" if i in (first, second) else "0" for i in range(4))
+        counts[key] = counts.get(key, 0) + count
+    return counts
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    from nmsim.formats import format_spec, metadata_to_positions, nonzero_mask
+
+    data = load_compressed(args.input)
+    kind, layout, shape = data["dtype_kind"], data["layout"], data["shape"]
+    spec = format_spec(kind)
+    values = data["values"]
+    positions = metadata_to_positions(data["metadata"], dtype_kind=kind, layout=layout)
+    groups = positions.shape[0] * positions.shape[1]
+    print(f"{args.input}: {shape[0]} x {shape[1]} {kind}, metadata {layout}")
+    print(f"groups of {spec.group_size}: {groups}")
+    print("kept positions (pattern: nibble, groups, share):")
+    for pattern, count in sorted(pattern_histogram(positions, spec.group_size).items()):
+        kept = [i for i, flag in enumerate(pattern) if flag == "1"]
+        nibble = (0x4 if kept == [0] else 0xE) if spec.group_size == 2 else kept[0] | kept[1] << 2
+        print(f"  {pattern}: {nibble:#x}  {count:>10}  {count / max(groups, 1):7.2%}")
+    stored_zero = ~nonzero_mask(values, kind).reshape(positions.shape[0], positions.shape[1], -1)
+    per_group = stored_zero.sum(axis=-1)
+    print(
+        "under-full groups (a kept slot holds zero): "
+        f"{int(np.count_nonzero(per_group))} of {groups}"
+        + (
+            f" ({int(np.count_nonzero(per_group == 2))} all zero)"
+            if spec.kept_per_group == 2
+            else ""
+        )
+    )
+    rows = min(args.rows, positions.shape[0])
+    shown = min(args.groups, positions.shape[1])
+    if rows and shown:
+        print(f"decoded metadata, first {rows} rows x {shown} groups (nibble:kept positions):")
+        for row in range(rows):
+            cells = []
+            for group in range(shown):
+                first, second = (int(p) for p in positions[row, group])
+                if spec.group_size == 2:
+                    cells.append(f"{first | second << 2:#x}:{first // 2}")
+                else:
+                    cells.append(f"{first | second << 2:#x}:{first}{second}")
+            print(f"  row {row:>4}: " + " ".join(cells))
+    return 0

@@ -1,0 +1,370 @@
+"""``nmsim`` subcommands for the hardware model: ``gpus``, ``gemm``, ``flops``,
+``estimate`` and ``calibrate``.
+
+Each prints a readable table (rich when installed, plain text otherwise) or,
+with ``--json``, one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser"]
+
+
+# --------------------------------------------------------------------------- output
+def _print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    cells = [[_fmt(c) for c in row] for row in rows]
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # plain text when rich is absent
+        widths = [max([len(col), *(len(r[i]) for r in cells)]) for i, col in enumerate(columns)]
+        print(title)
+        print("  ".join(col.ljust(w) for col, w in zip(columns, widths, strict=True)))
+        for row in cells:
+            print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+        print()
+        return
+    table = Table(title=title, title_justify="left")
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    for row in cells:
+        table.add_row(*row)
+    widths = [max([len(col), *(len(r[i]) for r in cells)]) for i, col in enumerate(columns)]
+    # Wide enough for the table when piped (rich assumes 80), capped so long notes wrap.
+    width = min(160, max(len(title) + 2, sum(widths) + 3 * len(widths) + 1))
+    Console(width=width).print(table)
+
+
+def _fmt(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) < 1e9:
+            return str(int(value))
+        if abs(value) >= 1e5 or abs(value) < 1e-3:
+            return f"{value:.4g}"
+        return f"{value:.4g}" if abs(value) < 1000 else f"{value:.1f}"
+    return str(value)
+
+
+def _pair(measured: float | None, model: float | None) -> str:
+    return f"{_fmt(measured)} / {_fmt(model)}"
+
+
+def _json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def _flag(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    text = _fmt(value.value)
+    return text if value.confirmed else text + "*"
+
+
+# --------------------------------------------------------------------------- gpus
+def _run_gpus(args: argparse.Namespace) -> int:
+    from nmsim.hardware import list_gpus
+
+    gpus = list_gpus()
+    if args.json:
+        from dataclasses import asdict
+
+        _json([{**asdict(g), "peaks": [{**asdict(p), "sparse_pattern": str(p.sparse_pattern)}
+                                       for p in g.peaks]} for g in gpus])
+        return 0
+    rows = []
+    for g in gpus:
+        def peak(dtype: str, acc: str, g: Any = g) -> str:
+            for p in g.peaks:
+                if p.input == dtype and p.accumulate == acc:
+                    mark = "" if p.confirmed else "*"
+                    return f"{_fmt(p.dense_tflops)}/{_fmt(p.sparse_tflops)}{mark}"
+            return "-"
+        rows.append([g.key, g.architecture, _flag(g.sms), _flag(g.clock_mhz),
+                     _flag(g.memory_bandwidth_gb_s), _flag(g.l2_mb),
+                     peak("fp16", "fp32"), peak("fp16", "fp16"), peak("tf32", "fp32"),
+                     peak("fp8", "fp32"), peak("int8", "int32")])
+    _print_table(
+        "GPUs (TFLOP/s dense/sparse; sparse = dense-equivalent 2:4, TF32 1:2; "
+        "* = unconfirmed in the research notes)",
+        ["gpu", "arch", "SMs", "MHz", "GB/s", "L2 MB", "fp16/fp32acc", "fp16/fp16acc",
+         "tf32", "fp8/fp32acc", "int8"],
+        rows,
+    )
+    return 0
+
+
+# --------------------------------------------------------------------------- gemm
+def _run_gemm(args: argparse.Namespace) -> int:
+    from nmsim.gemm import gemm_time
+
+    common = dict(dtype=args.dtype, accumulate=args.accumulate, output_dtype=args.output_dtype)
+    dense = gemm_time(args.gpu, args.m, args.n, args.k, **common)
+    sparse = None
+    if args.sparse is not None:
+        sparse = gemm_time(args.gpu, args.m, args.n, args.k, sparse=args.sparse,
+                           incompatible=args.incompatible, **common)
+    if args.json:
+        out: dict[str, Any] = {"dense": dense.as_dict()}
+        if sparse is not None:
+            out["sparse"] = sparse.as_dict()
+            out["speedup"] = dense.time_s / sparse.time_s
+        _json(out)
+        return 0
+    estimates = [("dense", dense)] + ([("sparse " + str(args.sparse), sparse)] if sparse else [])
+    fields = [
+        ("time (us)", lambda e: e.time_s * 1e6),
+        ("bound", lambda e: e.bound),
+        ("achieved TFLOP/s (dense-equiv.)", lambda e: e.achieved_tflops),
+        ("peak TFLOP/s", lambda e: e.peak_tflops),
+        ("executed pattern", lambda e: e.executed_pattern or "dense"),
+        ("compute term (us)", lambda e: e.compute_time_s * 1e6),
+        ("memory term (us)", lambda e: e.memory_time_s * 1e6),
+        ("overhead (us)", lambda e: e.overhead_s * 1e6),
+        ("bytes A values", lambda e: e.bytes_a_values),
+        ("bytes A metadata", lambda e: e.bytes_a_metadata),
+        ("bytes B / C", lambda e: f"{_fmt(e.bytes_b)} / {_fmt(e.bytes_c)}"),
+        ("tile, split-K, waves", lambda e: f"{e.tile[0]}x{e.tile[1]}, {e.split_k}, {e.waves}"),
+        ("tile / wave efficiency", lambda e: f"{e.tile_efficiency:.3f} / {e.wave_efficiency:.3f}"),
+        ("compute / A-memory efficiency",
+         lambda e: f"{e.compute_efficiency:.3f} / {e.memory_efficiency:.3f}"),
+    ]
+    rows = [[name, *(get(e) for _, e in estimates)] for name, get in fields]
+    title = (f"GEMM C[{args.m},{args.n}] = A[{args.m},{args.k}] B[{args.k},{args.n}] on "
+             f"{dense.gpu}, {dense.dtype} (acc {dense.accumulate})")
+    _print_table(title, ["", *(label for label, _ in estimates)], rows)
+    if sparse is not None:
+        print(f"speedup dense/sparse: {dense.time_s / sparse.time_s:.3f}x")
+        for note in sparse.notes:
+            print(f"note: {note}")
+    return 0
+
+
+# --------------------------------------------------------------------------- flops
+def _options(args: argparse.Namespace) -> Any:
+    from nmsim.flops import MethodOptions
+
+    roles = tuple(r for r in args.keep_dense.split(",") if r) if args.keep_dense else ()
+    return MethodOptions(
+        keep_dense_roles=roles,
+        keep_dense_names=tuple(args.keep_dense_name or ()),
+        count_first_layer_input_grad=not args.skip_first_input_grad,
+        asp_dense_fraction=args.asp_dense_fraction,
+        bame_update_overhead=args.bame_update_overhead,
+        bame_window=args.bame_window,
+    )
+
+
+def _run_flops(args: argparse.Namespace) -> int:
+    from nmsim.flops import GEMMS, assumption_table, training_flops
+
+    opts = _options(args)
+    reports = {acc: training_flops(args.model, args.method, args.pattern, accounting=acc,
+                                   options=opts, examples=args.examples, epochs=args.epochs)
+               for acc in ("ideal", "hardware")}
+    table = assumption_table(args.model, args.pattern) if args.compare else None
+    if args.json:
+        out: dict[str, Any] = {acc: r.as_dict() for acc, r in reports.items()}
+        if not args.layers:
+            for r in out.values():
+                r.pop("layers")
+        if table is not None:
+            out["assumptions"] = table
+        _json(out)
+        return 0
+    ideal, hard = reports["ideal"], reports["hardware"]
+    print(f"{ideal.model}: dense forward {ideal.dense_forward_macs / 1e9:.4f} GMACs/example; "
+          f"method {args.method}, pattern {ideal.pattern}")
+    _print_table("phases (densities of the sparse layers' GEMMs)",
+                 ["phase", "share", *GEMMS],
+                 [[p.name, p.fraction, *(p.densities.get(g) for g in GEMMS)]
+                  for p in ideal.phases])
+    rows = []
+    for gemm in GEMMS:
+        dense_gemm = sum(layer.dense_macs for layer in ideal.layers)
+        rows.append([gemm, ideal.per_gemm_macs[gemm] / 1e9, hard.per_gemm_macs[gemm] / 1e9,
+                     dense_gemm / 1e9])
+    rows.append(["training step", ideal.training_macs / 1e9, hard.training_macs / 1e9,
+                 ideal.dense_training_macs / 1e9])
+    _print_table("GMACs per example (FLOPs = 2 x MACs)",
+                 ["GEMM", "ideal", "2:4 hardware", "dense"], rows)
+    _print_table("summary", ["quantity", "ideal", "2:4 hardware"], [
+        ["training cost / dense", ideal.ratio, hard.ratio],
+        ["training FLOP reduction", ideal.reduction, hard.reduction],
+        ["inference forward / dense", ideal.inference_ratio, hard.inference_ratio],
+        [f"total training FLOPs ({args.epochs:g} epochs x {args.examples:g})",
+         ideal.total_training_flops, hard.total_training_flops],
+        ["dense total training FLOPs", ideal.dense_total_training_flops,
+         hard.dense_total_training_flops],
+    ])
+    if args.layers:
+        _print_table("per layer (MACs per example, phase-weighted, ideal)",
+                     ["layer", "role", "sparse", "forward", "dX", "dW"],
+                     [[r.name, r.role, r.sparse, r.forward_macs, r.input_grad_macs,
+                       r.weight_grad_macs] for r in ideal.layers])
+    if table is not None:
+        _print_table(f"what each accounting assumption yields ({args.model}, {args.pattern})",
+                     ["method", "variant", "ideal/dense", "vs SR-STE", "2:4 hw/dense",
+                      "hw vs SR-STE", "inference"],
+                     [[r["method"], r["variant"], r.get("ideal_ratio"), r.get("ideal_vs_srste"),
+                       r.get("hardware_ratio"), r.get("hardware_vs_srste"),
+                       r.get("inference_ratio", r.get("error"))] for r in table])
+    for note in (*ideal.notes, *hard.notes):
+        print(f"note: {note}")
+    return 0
+
+
+# --------------------------------------------------------------------------- estimate
+def _run_estimate(args: argparse.Namespace) -> int:
+    from nmsim.estimate import DEFAULT_NON_GEMM_FRACTION, estimate_step
+
+    fraction = (DEFAULT_NON_GEMM_FRACTION if args.non_gemm_fraction is None
+                else args.non_gemm_fraction)
+    est = estimate_step(args.model, args.method, args.pattern, args.gpu, args.batch, args.dtype,
+                        mode=args.mode, options=_options(args), non_gemm_fraction=fraction)
+    if args.json:
+        _json(est.as_dict())
+        return 0
+    rows = [[g, est.dense_per_gemm_s[g] * 1e3, est.per_gemm_s[g] * 1e3] for g in est.per_gemm_s]
+    rows += [
+        ["GEMMs", est.dense_gemm_s * 1e3, est.gemm_s * 1e3],
+        ["non-GEMM (Amdahl)", est.non_gemm_s * 1e3, est.non_gemm_s * 1e3],
+        ["runtime compress", 0.0, est.compress_s * 1e3],
+        ["step", est.dense_step_s * 1e3, est.step_s * 1e3],
+    ]
+    _print_table(f"{est.mode} step of {est.model}, batch {est.batch}, {est.gpu} {est.dtype}: "
+                 f"dense vs {est.method} {est.pattern} (ms)", ["", "dense", est.method], rows)
+    _print_table("reduction (dense / method)", ["quantity", "value"], [
+        ["FLOPs, ideal accounting", est.flop_reduction_ideal],
+        ["FLOPs, 2:4 hardware accounting", est.flop_reduction_hardware],
+        ["GEMM time (model)", est.gemm_time_reduction],
+        ["step time (model)", est.time_reduction],
+    ])
+    for note in est.notes:
+        print(f"note: {note}")
+    return 0
+
+
+# --------------------------------------------------------------------------- calibrate
+def _run_calibrate(args: argparse.Namespace) -> int:
+    from nmsim.calibration import FITTED, calibrate, parameters_toml
+
+    report = calibrate(leave_one_out=not args.no_loo)
+    if args.write:
+        path = Path(__file__).parent / "data" / "gemm_parameters.toml"
+        path.write_text(parameters_toml(report.parameters), encoding="utf-8")
+    if args.json:
+        _json(report.as_dict())
+        return 0
+    params = report.parameters
+    _print_table("fitted parameters (train points)", ["parameter", "value"],
+                 [[name, getattr(params, name)] for name in FITTED])
+    rows = []
+    for r in report.rows:
+        if r.role in ("train", "test"):
+            rows.append([r.id, r.role, r.gpu, r.measured_speedup, r.predicted_speedup,
+                         r.speedup_error_pct, r.loo_error_pct,
+                         _pair(r.measured_dense_us, r.predicted_dense_us),
+                         _pair(r.measured_sparse_us, r.predicted_sparse_us)])
+    _print_table("speedup dense/sparse: measured vs model (errors in %; LOO = refit without "
+                 "the point)",
+                 ["point", "role", "gpu", "measured", "model", "err %", "LOO err %",
+                  "dense us meas./model", "sparse us meas./model"], rows)
+    _print_table("qualitative checks and other points", ["point", "role", "result", "detail"], [
+        [r.id, r.role,
+         ("pass" if r.passed else "FAIL") + f" (model {r.predicted_speedup:.3f})"
+         if r.passed is not None else
+         (f"published {r.measured_speedup}" if r.measured_speedup is not None else ""),
+         r.detail]
+        for r in report.rows if r.role not in ("train", "test")
+    ])
+    print(f"held-out (test) speedup error: median {_fmt(report.held_out_median_error_pct)} %, "
+          f"max {_fmt(report.held_out_max_error_pct)} %")
+    if report.loo_median_error_pct is not None:
+        print(f"leave-one-out speedup error:   median {_fmt(report.loo_median_error_pct)} %, "
+              f"max {_fmt(report.loo_max_error_pct)} %")
+    if report.time_median_error_pct is not None:
+        print(f"absolute time error (dense and sparse, published times): median "
+              f"{_fmt(report.time_median_error_pct)} %, max {_fmt(report.time_max_error_pct)} %")
+    for warning in report.warnings:
+        print(f"warning: {warning}")
+    if args.write:
+        print("wrote nmsim/data/gemm_parameters.toml")
+    return 0
+
+
+# --------------------------------------------------------------------------- parsers
+def _add_method_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="resnet50",
+                        help="built-in model: resnet18, resnet50, deit-small, bert-base, llama-mlp")
+    parser.add_argument("--method", default="srste",
+                        help="dense, inference_only, forward_only, srste, asp, transposable, "
+                             "bimask, bame, all_sparse")
+    parser.add_argument("--pattern", default="2:4", help="N:M pattern, N kept of M")
+    parser.add_argument("--keep-dense", default="stem,head",
+                        help="comma-separated layer roles kept dense ('' for none)")
+    parser.add_argument("--keep-dense-name", action="append",
+                        help="a layer name kept dense (repeatable)")
+    parser.add_argument("--skip-first-input-grad", action="store_true",
+                        help="do not count dX of the first layer")
+    parser.add_argument("--asp-dense-fraction", type=float, default=0.5)
+    parser.add_argument("--bame-update-overhead", type=float, default=0.0,
+                        help="share p of pruned dW entries computed anyway (BAME)")
+    parser.add_argument("--bame-window", type=float, default=0.0,
+                        help="share of steps with dense dW (BAME adaptation window)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``gpus``, ``gemm``, ``flops``, ``estimate`` and ``calibrate``."""
+    p = subparsers.add_parser("gpus", help="list the GPU database")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_run_gpus)
+
+    p = subparsers.add_parser("gemm", help="time one dense / N:M-sparse GEMM on a GPU")
+    p.add_argument("--gpu", required=True)
+    p.add_argument("-m", type=int, required=True, help="rows of A and C (A is the sparse operand)")
+    p.add_argument("-n", type=int, required=True, help="columns of B and C")
+    p.add_argument("-k", type=int, required=True, help="reduction length")
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--accumulate", default=None)
+    p.add_argument("--output-dtype", default=None)
+    p.add_argument("--sparse", default=None, help="N:M pattern of A along k, e.g. 2:4")
+    p.add_argument("--incompatible", choices=("error", "dense"), default="error")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_run_gemm)
+
+    p = subparsers.add_parser("flops", help="training FLOPs per GEMM, phase and method")
+    _add_method_options(p)
+    p.add_argument("--examples", type=float, default=1_281_167)
+    p.add_argument("--epochs", type=float, default=100)
+    p.add_argument("--layers", action="store_true", help="print every layer")
+    p.add_argument("--compare", action="store_true",
+                   help="table of every method and accounting assumption")
+    p.set_defaults(func=_run_flops)
+
+    p = subparsers.add_parser("estimate", help="step time: GEMMs + non-GEMM (Amdahl)")
+    _add_method_options(p)
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--mode", choices=("train", "inference"), default="train")
+    p.add_argument("--non-gemm-fraction", type=float, default=None,
+                   help="share of the dense step outside GEMMs (default 0.25, an assumption)")
+    p.set_defaults(func=_run_estimate)
+
+    p = subparsers.add_parser("calibrate", help="fit and validate the GEMM model")
+    p.add_argument("--no-loo", action="store_true", help="skip leave-one-out refits")
+    p.add_argument("--write", action="store_true",
+                   help="store the fitted parameters in nmsim/data/gemm_parameters.toml")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_run_calibrate)

@@ -1,0 +1,295 @@
+"""GEMM time model: pattern handling, bytes, bounds, monotonicity, honest speedups, errors."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nmref.patterns import Pattern
+from nmsim.gemm import (
+    GemmParameters,
+    default_parameters,
+    gemm_time,
+    hardware_compatible,
+    max_kept_per_hardware_group,
+)
+
+GPUS = ("a100-sxm4-80gb", "h100-sxm", "l40s", "rtx-4090", "b200", "a10")
+TWO_FOUR, ONE_TWO = Pattern(2, 4), Pattern(1, 2)
+
+
+# --------------------------------------------------------------------------- patterns
+def brute_force_worst_window(pattern: Pattern, hardware: Pattern) -> int:
+    """Oracle: enumerate every N:M row over one period and count nonzeros per aligned window."""
+    length = math.lcm(pattern.m, hardware.m)
+    groups = length // pattern.m
+    worst = 0
+    per_group = list(itertools.combinations(range(pattern.m), pattern.n))
+    for choice in itertools.product(per_group, repeat=groups):
+        row = [0] * length
+        for g, kept in enumerate(choice):
+            for i in kept:
+                row[g * pattern.m + i] = 1
+        for start in range(0, length, hardware.m):
+            worst = max(worst, sum(row[start:start + hardware.m]))
+    return worst
+
+
+CASES = [Pattern(n, m) for m in (1, 2, 3, 4, 5, 6, 8) for n in range(m + 1)]
+
+
+@pytest.mark.parametrize("hardware", [TWO_FOUR, ONE_TWO], ids=str)
+@pytest.mark.parametrize("pattern", CASES, ids=str)
+def test_worst_case_window_matches_brute_force(pattern: Pattern, hardware: Pattern) -> None:
+    assert max_kept_per_hardware_group(pattern, hardware) == brute_force_worst_window(
+        pattern, hardware)
+
+
+def test_compatibility_table_from_the_notes() -> None:
+    for text in ("2:4", "1:4", "1:8", "1:16", "2:8", "2:16", "1:2", "0:4"):
+        assert hardware_compatible(Pattern(*map(int, text.split(":"))), TWO_FOUR), text
+    for text in ("4:8", "8:16", "16:32", "3:4", "4:4", "3:8"):
+        assert not hardware_compatible(Pattern(*map(int, text.split(":"))), TWO_FOUR), text
+    assert not hardware_compatible(TWO_FOUR, ONE_TWO)  # TF32 needs 1:2
+    assert hardware_compatible(Pattern(1, 4), ONE_TWO)
+
+
+# --------------------------------------------------------------------------- honesty
+@pytest.mark.parametrize("pattern", ["1:4", "1:8", "1:16", "2:8", "1:2"])
+def test_sparser_patterns_are_exactly_as_fast_as_2_4(pattern: str) -> None:
+    base = gemm_time("a100", 4096, 4096, 4096, dtype="fp16", sparse="2:4")
+    other = gemm_time("a100", 4096, 4096, 4096, dtype="fp16", sparse=pattern)
+    assert other.time_s == base.time_s
+    assert other.executed_pattern == "2:4"
+    assert other.bytes_total == base.bytes_total
+    assert other.nonzero_flops < base.nonzero_flops or pattern == "1:2"
+    if Pattern(*map(int, pattern.split(":"))).density < 0.5:
+        assert any("not exploited" in note for note in other.notes)
+
+
+@pytest.mark.parametrize("pattern", ["4:8", "8:16", "3:4"])
+def test_incompatible_patterns_raise_or_run_dense_never_faster(pattern: str) -> None:
+    with pytest.raises(ValueError,
+                       match=r"not accelerated by a100-sxm4-80gb.*incompatible='dense'"):
+        gemm_time("a100", 4096, 4096, 4096, dtype="fp16", sparse=pattern)
+    dense = gemm_time("a100", 4096, 4096, 4096, dtype="fp16")
+    fallback = gemm_time("a100", 4096, 4096, 4096, dtype="fp16", sparse=pattern,
+                         incompatible="dense")
+    assert fallback.time_s == dense.time_s
+    assert fallback.fallback == "dense" and fallback.executed_pattern is None
+    assert fallback.notes
+
+
+def test_tf32_accepts_only_1_2_compatible_patterns() -> None:
+    with pytest.raises(ValueError, match="need <= 1 nonzeros in every aligned group of 2"):
+        gemm_time("h100-sxm", 2048, 2048, 2048, dtype="tf32", sparse="2:4")
+    assert gemm_time("h100-sxm", 2048, 2048, 2048, dtype="tf32",
+                     sparse="1:2").executed_pattern == "1:2"
+    assert gemm_time("h100-sxm", 2048, 2048, 2048, dtype="tf32",
+                     sparse="1:4").executed_pattern == "1:2"
+
+
+# --------------------------------------------------------------------------- bytes
+@pytest.mark.parametrize(("dtype", "ratio"), [("fp16", 0.5625), ("bf16", 0.5625),
+                                              ("int8", 0.625), ("fp8", 0.625),
+                                              ("tf32", 0.5625)])
+def test_compressed_operand_bytes_include_metadata(dtype: str, ratio: float) -> None:
+    pattern = "1:2" if dtype == "tf32" else "2:4"
+    dense = gemm_time("h100-sxm", 1024, 512, 2048, dtype=dtype)
+    sparse = gemm_time("h100-sxm", 1024, 512, 2048, dtype=dtype, sparse=pattern)
+    assert (sparse.bytes_a_values + sparse.bytes_a_metadata) / dense.bytes_a_values == ratio
+    assert sparse.bytes_b == dense.bytes_b and sparse.bytes_c == dense.bytes_c
+
+
+def test_estimate_fields_are_consistent_and_json_ready() -> None:
+    e = gemm_time("h100-sxm", 4096, 4096, 4096, dtype="bf16", sparse="2:4")
+    assert e.time_s == pytest.approx(max(e.compute_time_s, e.memory_time_s) + e.overhead_s)
+    assert e.achieved_tflops == pytest.approx(2 * 4096**3 / e.time_s / 1e12)
+    assert e.executed_flops == e.dense_equivalent_flops / 2 == e.nonzero_flops
+    assert 0 < e.tile_efficiency <= 1 and 0 < e.wave_efficiency <= 1
+    assert e.bound == "compute"
+    json.dumps(e.as_dict())
+
+
+# --------------------------------------------------------------------------- properties
+sizes = st.integers(min_value=1, max_value=20000)
+reduction = st.integers(min_value=1, max_value=5000).map(lambda x: 16 * x)
+
+
+@given(gpu=st.sampled_from(GPUS), m=sizes, n=sizes, k=reduction,
+       dtype=st.sampled_from(["fp16", "bf16", "int8"]))
+def test_sparse_is_never_better_than_twice_dense(gpu: str, m: int, n: int, k: int,
+                                                 dtype: str) -> None:
+    dense = gemm_time(gpu, m, n, k, dtype=dtype)
+    sparse = gemm_time(gpu, m, n, k, dtype=dtype, sparse="2:4")
+    assert sparse.time_s >= dense.time_s / 2
+    assert sparse.compute_time_s >= dense.dense_equivalent_flops / (sparse.peak_tflops * 1e12)
+    moved = sparse.bytes_total - sparse.bytes_workspace
+    assert moved >= 0.5625 * (dense.bytes_total - dense.bytes_workspace)
+
+
+@given(m=sizes, n=sizes, k=reduction, dm=st.integers(0, 3000), dn=st.integers(0, 3000),
+       dk=st.integers(0, 300).map(lambda x: 16 * x), sparse=st.sampled_from([None, "2:4"]),
+       gpu=st.sampled_from(GPUS))
+def test_more_work_is_never_faster(m: int, n: int, k: int, dm: int, dn: int, dk: int,
+                                   sparse: str | None, gpu: str) -> None:
+    small = gemm_time(gpu, m, n, k, dtype="fp16", sparse=sparse)
+    large = gemm_time(gpu, m + dm, n + dn, k + dk, dtype="fp16", sparse=sparse)
+    assert large.time_s >= small.time_s
+
+
+@given(efficiency=st.floats(0.3, 1.0), sparse_ratio=st.floats(0.2, 1.0),
+       memory=st.floats(0.3, 1.0), memory_ratio=st.floats(0.1, 1.0),
+       shape=st.tuples(sizes, sizes, reduction))
+def test_two_x_bound_holds_for_any_valid_parameters(efficiency: float, sparse_ratio: float,
+                                                     memory: float, memory_ratio: float,
+                                                     shape: tuple[int, int, int]) -> None:
+    params = GemmParameters(dense_compute_efficiency=efficiency,
+                            sparse_compute_efficiency=efficiency * sparse_ratio,
+                            dense_memory_efficiency=memory,
+                            sparse_memory_efficiency=memory * memory_ratio)
+    dense = gemm_time("a100", *shape, dtype="fp16", parameters=params)
+    sparse = gemm_time("a100", *shape, dtype="fp16", sparse="2:4", parameters=params)
+    assert sparse.time_s >= dense.time_s / 2
+
+
+# --------------------------------------------------------------------------- shape classes
+def test_large_a100_gemms_land_in_the_published_band() -> None:
+    """hardware.md §3: large fp16 2:4 GEMMs on A100 reach about 1.3-1.6x, never 2x."""
+    for shape in [(4096, 4096, 4096), (8192, 8192, 8192), (3072, 3072, 10240),
+                  (4096, 13008, 1024), (16384, 8192, 4096)]:
+        dense = gemm_time("a100", *shape, dtype="fp16")
+        sparse = gemm_time("a100", *shape, dtype="fp16", sparse="2:4")
+        assert 1.25 <= dense.time_s / sparse.time_s <= 1.6, shape
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+@pytest.mark.parametrize("tokens", [1, 4, 16])
+def test_decode_shaped_gemms_gain_nothing(gpu: str, tokens: int) -> None:
+    dense = gemm_time(gpu, 4096, tokens, 4096, dtype="fp16")
+    sparse = gemm_time(gpu, 4096, tokens, 4096, dtype="fp16", sparse="2:4")
+    assert dense.bound == "memory"
+    assert dense.time_s / sparse.time_s <= 1.0
+
+
+def test_activation_bound_gemms_gain_little() -> None:
+    """Memory-bound with the activation dominating: compressing A barely changes the bytes."""
+    for m, k in [(64, 64), (128, 256), (256, 64)]:
+        dense = gemm_time("a100", m, 802816, k, dtype="fp16")
+        sparse = gemm_time("a100", m, 802816, k, dtype="fp16", sparse="2:4")
+        assert dense.bound == "memory"
+        assert 0.9 <= dense.time_s / sparse.time_s <= 1.05
+
+
+def test_tiny_gemms_are_latency_bound_and_not_faster_sparse() -> None:
+    dense = gemm_time("h100-sxm", 16, 16, 64, dtype="bf16")
+    sparse = gemm_time("h100-sxm", 16, 16, 64, dtype="bf16", sparse="2:4")
+    assert dense.bound == sparse.bound == "latency"
+    assert sparse.time_s >= dense.time_s * 0.99
+
+
+def test_wave_quantisation_one_extra_tile_costs_a_wave() -> None:
+    params = default_parameters().replace(tiles=((128, 128),), split_k=(1,))
+    sms = 108
+    full = gemm_time("a100", 128 * sms, 128, 8192, dtype="fp16", parameters=params)
+    extra = gemm_time("a100", 128 * sms + 1, 128, 8192, dtype="fp16", parameters=params)
+    assert full.waves == 1 and extra.waves == 2
+    assert extra.compute_time_s == pytest.approx(2 * full.compute_time_s)
+    assert extra.wave_efficiency == pytest.approx((sms + 1) / (2 * sms))
+
+
+# --------------------------------------------------------------------------- errors
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"m": 0}, ValueError, "m=0 must be a positive integer"),
+    ({"n": -3}, ValueError, "n=-3 must be a positive integer"),
+    ({"k": 2.0}, TypeError, "k=2.0 must be a positive integer"),
+    ({"m": True}, TypeError, "m=True must be a positive integer"),
+    ({"gpu": "v100"}, ValueError, "gpu='v100' is unknown"),
+    ({"dtype": "fp8", "gpu": "a100"}, ValueError, "no tensor-core path for dtype='fp8'"),
+    ({"dtype": "fp32"}, ValueError, "dtype='fp32' is not a tensor-core input dtype"),
+    ({"sparse": "2:4", "k": 1022}, ValueError, "k=1022 must be divisible"),
+    ({"sparse": "5:4"}, ValueError, "n=5 must be <= m=4"),
+    ({"sparse": "2:4", "incompatible": "fast"}, ValueError, "incompatible='fast'"),
+    ({"output_dtype": "fp64"}, ValueError, "output_dtype='fp64'"),
+])
+def test_bad_input_names_the_argument(kwargs: dict[str, object], error: type[Exception],
+                                      match: str) -> None:
+    call: dict[str, object] = {"gpu": "h100-sxm", "m": 1024, "n": 1024, "k": 1024,
+                               "dtype": "bf16"}
+    call.update(kwargs)
+    gpu, m, n, k = call.pop("gpu"), call.pop("m"), call.pop("n"), call.pop("k")
+    with pytest.raises(error, match=match):
+        gemm_time(gpu, m, n, k, **call)  # type: ignore[arg-type]
+
+
+def test_parameters_reject_sparse_faster_than_dense() -> None:
+    with pytest.raises(ValueError, match=r"sparse_compute_efficiency=0\.9 must be <="):
+        GemmParameters(dense_compute_efficiency=0.8, sparse_compute_efficiency=0.9)
+    with pytest.raises(ValueError, match=r"dense_memory_efficiency=1\.5 must be in"):
+        GemmParameters(dense_memory_efficiency=1.5)
+    with pytest.raises(ValueError, match="split_k"):
+        GemmParameters(split_k=(2, 4))
+
+
+def test_default_parameters_are_the_calibrated_ones() -> None:
+    params = default_parameters()
+    assert params.provenance.startswith("fitted by nmsim calibrate")
+    assert params.sparse_compute_efficiency <= params.dense_compute_efficiency
+
+
+# --------------------------------------------------------------------------- oracle
+def hand_computed_time(gpu_key: str, m: int, n: int, k: int, sparse: bool,
+                       tile: tuple[int, int], split: int, params: GemmParameters) -> float:
+    """The formula of specs/gemm_model.md §3-4 written out for one configuration, fp16."""
+    from nmsim.hardware import get_gpu
+
+    gpu = get_gpu(gpu_key)
+    peak = gpu.peak("fp16")
+    sms = int(gpu.sms.value)
+    a_bytes = m * k * 2 * (0.5625 if sparse else 1.0)
+    other_bytes = k * n * 2 + m * n * 2 + (8.0 * m * n * split if split > 1 else 0.0)
+    bandwidth = gpu.memory_bandwidth_gb_s.value * 1e9
+    a_eff = params.sparse_memory_efficiency if sparse else params.dense_memory_efficiency
+    memory = a_bytes / (bandwidth * a_eff) + other_bytes / (bandwidth
+                                                            * params.dense_memory_efficiency)
+    per_sm = (peak.sparse_tflops if sparse else peak.dense_tflops) * 1e12 / sms
+    efficiency = params.sparse_compute_efficiency if sparse else params.dense_compute_efficiency
+    stored = 0.5625 if sparse else 1.0
+    feed = min(1.0, tile[0] * tile[1] / (stored * tile[0] + tile[1])
+               / (params.balanced_tile_intensity * (2 if sparse else 1)))
+    units = -(-m // tile[0]) * -(-n // tile[1]) * split
+    waves = -(-units // sms)
+    compute = waves * 2 * tile[0] * tile[1] * -(-k // split) / (per_sm * efficiency * feed)
+    return max(compute, memory) + params.launch_overhead_us * 1e-6
+
+
+@given(gpu=st.sampled_from(GPUS), m=sizes, n=sizes, k=reduction,
+       tile=st.sampled_from([(256, 128), (128, 128), (64, 64), (32, 256)]),
+       split=st.sampled_from([1, 2, 8]), sparse=st.booleans())
+def test_time_matches_the_hand_written_formula(gpu: str, m: int, n: int, k: int,
+                                               tile: tuple[int, int], split: int,
+                                               sparse: bool) -> None:
+    params = default_parameters().replace(tiles=(tile,), split_k=tuple(sorted({1, split})))
+    expected = min(hand_computed_time(gpu, m, n, k, sparse, tile, s, params)
+                   for s in params.split_k)
+    got = gemm_time(gpu, m, n, k, dtype="fp16", sparse="2:4" if sparse else None,
+                    parameters=params)
+    assert got.time_s == pytest.approx(expected, rel=1e-12)
+
+
+def test_docstring_examples_hold() -> None:
+    import doctest
+
+    import nmsim.flops
+    import nmsim.gemm
+    import nmsim.hardware
+    import nmsim.models
+
+    for module in (nmsim.gemm, nmsim.hardware, nmsim.flops, nmsim.models):
+        result = doctest.testmod(module)
+        assert result.failed == 0 and result.attempted > 0, module.__name__

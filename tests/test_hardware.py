@@ -1,0 +1,126 @@
+"""GPU database: completeness, provenance flags, internal consistency, lookup errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from importlib import resources
+
+import pytest
+
+from nmref.patterns import Pattern
+from nmsim.hardware import DTYPE_BYTES, get_gpu, gpu_names, list_gpus, normalize_dtype
+
+ISSUE_GPUS = ("a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm", "h100-pcie", "h200", "l40s",
+              "a10", "rtx-3090", "rtx-4090", "b200")
+
+# Dense FP16 tensor FLOP per clock per SM (hardware.md §1 [M]), the accumulate dtype at which
+# the part runs at that rate, and GPUs whose datasheet peak is quoted at a boost clock
+# slightly above the sustained one (relative tolerance).
+FLOP_PER_CLOCK = {"a100-sxm4-40gb": (2048, "fp32"), "a100-sxm4-80gb": (2048, "fp32"),
+                  "h100-sxm": (4096, "fp32"), "h100-pcie": (4096, "fp32"),
+                  "h200": (4096, "fp32"), "l40s": (1024, "fp32"), "a10": (1024, "fp32"),
+                  "rtx-3090": (1024, "fp16"), "rtx-4090": (1024, "fp16")}
+
+
+def test_database_holds_every_gpu_the_issue_names() -> None:
+    assert set(ISSUE_GPUS) <= set(gpu_names())
+
+
+def test_data_file_ships_inside_the_package() -> None:
+    assert resources.files("nmsim").joinpath("data/gpus.toml").is_file()
+
+
+@pytest.mark.parametrize("gpu", ISSUE_GPUS)
+def test_sparse_peak_is_twice_dense_and_pattern_matches_dtype(gpu: str) -> None:
+    for peak in get_gpu(gpu).peaks:
+        # Vendor tables round independently (L40S: 362 / 733), hence 1.5 %.
+        assert peak.sparse_tflops == pytest.approx(2 * peak.dense_tflops, rel=0.015)
+        expected = Pattern(1, 2) if peak.input == "tf32" else Pattern(2, 4)
+        assert peak.sparse_pattern == expected
+        assert peak.input in DTYPE_BYTES
+
+
+@pytest.mark.parametrize("gpu", sorted(FLOP_PER_CLOCK))
+def test_fp16_peak_equals_sms_times_rate_times_clock(gpu: str) -> None:
+    """An independent check of the table: peak = SMs x FLOP/clk/SM x clock (within 1.5 %)."""
+    rate, accumulate = FLOP_PER_CLOCK[gpu]
+    g = get_gpu(gpu)
+    assert g.clock_mhz is not None
+    computed = g.sms.value * rate * g.clock_mhz.value * 1e6 / 1e12
+    assert computed == pytest.approx(g.peak("fp16", accumulate).dense_tflops, rel=0.015)
+
+
+def test_tf32_is_half_and_int8_twice_fp16_on_datacentre_parts() -> None:
+    for gpu in ("a100-sxm4-80gb", "h100-sxm", "h100-pcie", "l40s", "b200"):
+        g = get_gpu(gpu)
+        fp16 = g.peak("fp16").dense_tflops
+        assert g.peak("tf32").dense_tflops == pytest.approx(fp16 / 2, rel=0.025)  # B200: 1100
+        assert g.peak("int8").dense_tflops == pytest.approx(fp16 * 2, rel=0.02)
+
+
+def test_consumer_cards_halve_fp16_with_fp32_accumulate() -> None:
+    for gpu in ("rtx-3090", "rtx-4090"):
+        g = get_gpu(gpu)
+        assert g.peak("fp16", "fp32").dense_tflops == pytest.approx(
+            g.peak("fp16", "fp16").dense_tflops / 2, rel=0.01)
+    g = get_gpu("rtx-4090")
+    assert g.peak("fp8", "fp32").dense_tflops == pytest.approx(
+        g.peak("fp8", "fp16").dense_tflops / 2, rel=0.01)
+
+
+def test_unconfirmed_values_are_flagged_as_the_notes_tag_them() -> None:
+    for gpu in ("h200", "rtx-3090", "rtx-4090", "a10"):
+        g = get_gpu(gpu)
+        assert not g.sms.confirmed and not g.memory_bandwidth_gb_s.confirmed
+        assert all(not p.confirmed for p in g.peaks)
+    b200 = get_gpu("b200")
+    assert not b200.sms.confirmed
+    assert b200.clock_mhz is None and b200.l2_mb is None  # not confirmed: absent, not guessed
+    assert b200.peak("bf16").confirmed
+    assert not get_gpu("h100-pcie").clock_mhz.confirmed  # type: ignore[union-attr]
+    assert not get_gpu("l40s").l2_mb.confirmed  # type: ignore[union-attr]
+    a100 = get_gpu("a100-sxm4-80gb")
+    assert a100.sms.confirmed and a100.peak("bf16").confirmed
+    assert "peak fp16/fp16" in a100.unconfirmed_fields  # inferred accumulate row
+
+
+def test_every_number_names_a_resolved_source() -> None:
+    for g in list_gpus():
+        for field in (g.sms, g.clock_mhz, g.memory_gb, g.memory_bandwidth_gb_s, g.l2_mb):
+            if field is not None:
+                assert len(field.source) > 20 and math.isfinite(field.value) and field.value > 0
+        for p in g.peaks:
+            assert len(p.source) > 20
+
+
+def test_records_are_immutable() -> None:
+    g = get_gpu("h100-sxm")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        g.key = "x"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        g.peaks[0].dense_tflops = 1.0  # type: ignore[misc]
+
+
+def test_lookup_by_alias_and_case() -> None:
+    assert get_gpu("A100").key == "a100-sxm4-80gb"
+    assert get_gpu(" H100 ").key == "h100-sxm"
+    assert get_gpu(get_gpu("l40s")) is get_gpu("l40s")
+    assert normalize_dtype("bfloat16") == "bf16"
+    assert get_gpu("h100-sxm").peak("e4m3").input == "fp8"
+
+
+def test_unknown_gpu_lists_known_names() -> None:
+    with pytest.raises(ValueError, match=r"gpu='v100' is unknown; known GPUs: a100-sxm4-40gb"):
+        get_gpu("v100")
+    with pytest.raises(TypeError, match="gpu=3"):
+        get_gpu(3)  # type: ignore[arg-type]
+
+
+def test_unsupported_dtype_pairs_name_what_exists() -> None:
+    with pytest.raises(ValueError, match=r"no tensor-core path for dtype='fp8'.*fp16/fp32"):
+        get_gpu("a100").peak("fp8")
+    with pytest.raises(ValueError, match="dtype='fp64' is not a tensor-core input dtype"):
+        get_gpu("a100").peak("fp64")
+    with pytest.raises(ValueError, match="accumulate='fp16'"):
+        get_gpu("a100").peak("bf16", "fp16")
