@@ -15,6 +15,7 @@ reason; they are never filled from another method.
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 import re
 import zlib
@@ -139,6 +140,8 @@ class ReportSettings:
         gpu = self.gpu
         if COST_MODELS["time"].unavailable() is None:
             gpu = check_gpu(self.gpu)
+            # A dtype this GPU has no tensor-core path for fails here, not mid-report.
+            gemm_seconds(gpu, (64, 64, 64), self.dtype, None)
         methods = tuple(dict.fromkeys(self.methods))
         return ReportSettings(
             **{**asdict(self), "pattern": str(pattern), "methods": methods, "gpu": gpu}
@@ -317,18 +320,20 @@ def analyse_tensor(
     entry["layout"] = layout
     record = source.load(info, settings.seed)
     weight = np.asarray(record.array)
-    problem = _first_nonfinite(weight)
-    if problem is not None:
+    magnitudes = np.abs(weight)
+    total_magnitude = float(np.sum(magnitudes, dtype=np.float64))
+    # One pass finds NaN/Inf: the float64 sum of |w| is finite exactly when all are.
+    if not math.isfinite(total_magnitude):
+        problem = _first_nonfinite(weight) or "sum of |w| overflows float64; tensor skipped"
         entry.update(status="error", reason=problem)
         return entry
-    magnitudes = np.abs(weight)
     context = TensorContext(
         name=info.name,
         weight=weight,
         layout=layout,
         pattern=pattern,
         magnitudes=magnitudes,
-        total_magnitude=float(np.sum(magnitudes, dtype=np.float64)),
+        total_magnitude=total_magnitude,
         seed=int(zlib.crc32(info.name.encode()) ^ settings.seed),
         options={"bimask_candidates": settings.bimask_candidates},
         results={},

@@ -418,3 +418,29 @@ def test_from_reduction_matrix_round_trip_used_by_matrix_methods():
     weight = synthetic_weight("conv", (8, 4, 3, 3), 0)
     matrix = to_reduction_matrix(weight, "channels")
     np.testing.assert_array_equal(from_reduction_matrix(matrix, weight.shape, "channels"), weight)
+
+
+def test_flops_and_time_equal_the_installed_cost_model():
+    if COST_MODELS["flops"].unavailable() or COST_MODELS["time"].unavailable():
+        pytest.skip("the FLOP/GEMM model (issue 5) is not in this installation")
+    from nmsim.flops import method_phases
+    from nmsim.gemm import gemm_time
+
+    tokens = 2048
+    report = build_report(None, ReportSettings(methods=("1d",), batch_tokens=tokens))
+    assert_valid(report)
+    (phase,) = method_phases("srste", "2:4")
+    for entry in report["tensors"]:
+        if entry["status"] != "ok":
+            continue
+        out, k_in = entry["shape"]
+        dense = 2.0 * tokens * out * k_in
+        flops = entry["flops"]["methods"]["1d"]
+        assert flops["forward"] == dense * phase.densities.forward
+        assert flops["input_grad"] == dense * phase.densities.input_grad
+        time = entry["time"]
+        assert time["dense"]["forward"] == gemm_time("h100-sxm", out, tokens, k_in).time_s
+        assert time["dense"]["weight_grad"] == gemm_time("h100-sxm", out, k_in, tokens).time_s
+        sparse = gemm_time("h100-sxm", out, tokens, k_in, sparse="2:4", incompatible="dense")
+        assert time["methods"]["1d"]["forward"] == sparse.time_s
+        assert time["methods"]["1d"]["input_grad"] == time["dense"]["input_grad"]

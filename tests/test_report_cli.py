@@ -97,8 +97,11 @@ def test_out_writes_json_csv_and_plots_and_never_overwrites_silently(tmp_path, c
     status, _, err = run(capsys, "--out", str(out), "--methods", "1d")
     assert status == 0
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["kept_fraction.png", "mask_heatmap.png", "report.csv", "report.json"]
     report = json.loads((out / "report.json").read_text())
+    plots = ["kept_fraction.png", "mask_heatmap.png"]
+    if report["columns"]["time"]["available"]:
+        plots.append("speedup.png")
+    assert names == sorted([*plots, "report.csv", "report.json"])
     assert validate(report, SCHEMA) == []
     with open(out / "report.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -106,7 +109,7 @@ def test_out_writes_json_csv_and_plots_and_never_overwrites_silently(tmp_path, c
     ok = {r["name"]: r for r in rows if r["status"] == "ok"}
     entry = next(e for e in report["tensors"] if e["name"] == "fc2.weight")
     assert float(ok["fc2.weight"]["1d_kept_fraction"]) == entry["methods"]["1d"]["kept_fraction"]
-    for png in ("kept_fraction.png", "mask_heatmap.png"):
+    for png in plots:
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     status, _, err = run(capsys, "--out", str(out), "--methods", "1d", "--pattern", "1:4")
