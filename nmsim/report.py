@@ -207,7 +207,7 @@ def resolve_source(checkpoint: str | None) -> tuple[Source, dict[str, Any]]:
             raise FileNotFoundError(f"checkpoint {checkpoint!r} does not exist or is not a file")
         block = {"source": str(path), "kind": "file", "synthetic": False}
     metadata = _file_metadata(path)
-    block["description"] = metadata.get("model", f"{path.suffix} checkpoint")
+    block["description"] = metadata.get("model", f"{path.name} ({path.suffix[1:]} checkpoint)")
     block["metadata"] = metadata
     return Source("file", str(path)), block
 

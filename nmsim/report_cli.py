@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 __all__ = ["add_parser", "render_table", "run"]
@@ -107,7 +108,7 @@ def render_table(report: dict[str, Any], console: Any) -> None:
     methods = [key for key in settings["methods"] if columns[key]["available"]]
     flops_on = columns["flops"]["available"]
     time_on = columns["time"]["available"]
-    title = f"nmsim report: {checkpoint['source']}, pattern {settings['pattern']}"
+    title = f"nmsim report: {Path(checkpoint['source']).name}, pattern {settings['pattern']}"
     if checkpoint["synthetic"]:
         title += " [SYNTHETIC WEIGHTS]"
     table = Table(title=title, title_justify="left", show_footer=True)
@@ -130,7 +131,9 @@ def render_table(report: dict[str, Any], console: Any) -> None:
         table.add_column(
             f"{key} est. speedup", justify="right", footer=_ratio(block and block["speedup"])
         )
-    table.add_column("note")
+    failed = any(entry["status"] == "error" for entry in report["tensors"])
+    if failed:
+        table.add_column("note")
     skipped: dict[str, list[str]] = {}
     for entry in report["tensors"]:
         shape = "x".join(str(s) for s in entry["shape"])
@@ -150,7 +153,7 @@ def render_table(report: dict[str, Any], console: Any) -> None:
             cells += [_speedup(entry["flops"], k) for k in methods]
         if time_on:
             cells += [_speedup(entry["time"], k) for k in methods]
-        table.add_row(entry["name"], shape, entry["layout"], fits, *cells, "")
+        table.add_row(entry["name"], shape, entry["layout"], fits, *cells, *[""] * failed)
     description = checkpoint.get("description", "")
     metadata = checkpoint.get("metadata") or {}
     if "test_accuracy" in metadata:
@@ -174,8 +177,11 @@ def render_table(report: dict[str, Any], console: Any) -> None:
         if total and flops:
             console.print(
                 f"{columns[key]['title']}: training FLOPs reduced {flops['reduction']:.2f}x, "
-                f"estimated GEMM time {total['speedup']:.2f}x faster on {settings['gpu']} "
-                f"({settings['dtype']}, {settings['batch_tokens']} tokens)",
+                f"estimated GEMM time {total['speedup']:.2f}x faster "
+                f"({1e3 * totals['time']['dense']['total']:.3g} ms -> "
+                f"{1e3 * total['total']:.3g} ms "
+                f"per step on {settings['gpu']}, {settings['dtype']}, "
+                f"{settings['batch_tokens']} tokens)",
                 markup=False,
             )
     notes = sorted({note for e in report["tensors"] if e["time"] for note in e["time"]["notes"]})
@@ -254,8 +260,6 @@ def run(args: argparse.Namespace) -> int:
         bimask_candidates=args.bimask_candidates,
     )
     if args.out is not None:
-        from pathlib import Path
-
         from nmsim.report_files import JSON_NAME
 
         out = Path(args.out)
