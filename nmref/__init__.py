@@ -18,6 +18,12 @@ from nmref.bame import (
     evolve_mask_reference,
     select_blocks,
 )
+from nmref.divergence import (
+    flip_rate,
+    mask_flips,
+    mask_transitions,
+    sparse_architecture_divergence,
+)
 from nmref.layouts import (
     LAYOUTS,
     default_layout,
@@ -34,6 +40,7 @@ from nmref.masks import (
     to_magnitudes,
 )
 from nmref.patterns import Pattern, check_pattern, parse_pattern
+from nmref.srste import sgd_step, srste_gradient, srste_step, srste_train
 
 try:
     __version__ = version("nm-sparsity-ref")
@@ -51,14 +58,22 @@ __all__ = [
     "default_layout",
     "evolve_mask",
     "evolve_mask_reference",
+    "flip_rate",
     "from_reduction_matrix",
     "is_nm",
     "magnitude_mask",
+    "mask_flips",
+    "mask_transitions",
     "nm_mask",
     "nm_mask_reference",
     "nm_violations",
     "parse_pattern",
     "select_blocks",
+    "sgd_step",
+    "sparse_architecture_divergence",
+    "srste_gradient",
+    "srste_step",
+    "srste_train",
     "to_magnitudes",
     "to_reduction_matrix",
     "to_reduction_shape",

@@ -105,13 +105,14 @@ def to_reduction_matrix(weight: ArrayLike, layout: Layout | None = None) -> NDAr
     _check_layout(layout, array.ndim)
     if layout == "linear":
         return array
-    out_channels, in_channels = array.shape[:2]
+    # Explicit shapes (never -1): a zero-size dimension makes -1 ambiguous.
+    shape = to_reduction_shape(array.shape, layout)
     if layout == "flat":
-        return array.reshape(out_channels, -1)
+        return array.reshape(shape)
     # channels: [out, in, *kernel] -> [*kernel, out, in]
     kernel_axes = tuple(range(2, array.ndim))
     permuted = np.transpose(array, (*kernel_axes, 0, 1))
-    return np.ascontiguousarray(permuted).reshape(-1, in_channels)
+    return np.ascontiguousarray(permuted).reshape(shape)
 
 
 def from_reduction_matrix(
