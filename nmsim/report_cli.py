@@ -90,12 +90,7 @@ def _method_cell(key: str, result: dict[str, Any] | None) -> str:
     return text
 
 
-SHORT_TITLES = {
-    "1d": "1-D kept",
-    "transposable": "T-exact kept",
-    "greedy": "T-greedy kept (gap)",
-    "bimask": "Bi-Mask bwd kept",
-}
+SHORT_TITLES = {"1d": "1-D", "transposable": "T-exact", "greedy": "T-greedy", "bimask": "Bi-Mask"}
 
 
 def render_table(report: dict[str, Any], console: Any) -> None:
@@ -115,21 +110,30 @@ def render_table(report: dict[str, Any], console: Any) -> None:
     table.add_column("tensor", footer="model total")
     table.add_column("shape")
     table.add_column("layout")
-    table.add_column("fits 1-D/tiles", justify="center")
+    table.add_column("fits")
     totals = report["totals"]
     for key in methods:
         total = totals["methods"].get(key)
         footer = _percent(total["kept_fraction"]) if total else "-"
-        table.add_column(SHORT_TITLES.get(key, key), justify="right", footer=footer)
+        label = SHORT_TITLES.get(key, key)
+        if key == "greedy":
+            label += " (gap)"
+        if key == "bimask":
+            label += " bwd"
+        table.add_column(f"kept {label}", justify="right", footer=footer)
     for key in methods if flops_on else ():
         block = totals["flops"]["methods"][key] if totals["flops"] else None
         table.add_column(
-            f"{key} FLOPs /", justify="right", footer=_ratio(block and block["reduction"])
+            f"FLOPs÷ {SHORT_TITLES.get(key, key)}",
+            justify="right",
+            footer=_ratio(block and block["reduction"]),
         )
     for key in methods if time_on else ():
         block = totals["time"]["methods"][key] if totals["time"] else None
         table.add_column(
-            f"{key} est. speedup", justify="right", footer=_ratio(block and block["speedup"])
+            f"speedup {SHORT_TITLES.get(key, key)}",
+            justify="right",
+            footer=_ratio(block and block["speedup"]),
         )
     failed = any(entry["status"] == "error" for entry in report["tensors"])
     if failed:
@@ -145,9 +149,7 @@ def render_table(report: dict[str, Any], console: Any) -> None:
             table.add_row(entry["name"], shape, *blanks, entry["reason"], style="red")
             continue
         align = entry["alignment"]
-        fits = (
-            ("yes" if align["groups_fit"] else "no") + "/" + ("yes" if align["tiles_fit"] else "no")
-        )
+        fits = "1-D+tiles" if align["tiles_fit"] else "1-D" if align["groups_fit"] else "none"
         cells = [_method_cell(key, entry["methods"].get(key)) for key in methods]
         if flops_on:
             cells += [_speedup(entry["flops"], k) for k in methods]
@@ -161,8 +163,14 @@ def render_table(report: dict[str, Any], console: Any) -> None:
     console.print(description, style="bold red" if checkpoint["synthetic"] else None, markup=False)
     console.print(table)
     counts = totals["tensors"]
+    legend = "kept: share of sum |w| the mask keeps"
+    if flops_on:
+        legend += "; FLOPs÷: dense / method training FLOPs (fwd + dX + dW)"
+    if time_on:
+        legend += f"; speedup: estimated dense / method GEMM time on {settings['gpu']}"
+    console.print(legend + ".", markup=False)
     console.print(
-        f"kept = share of sum |w| the mask keeps. {counts['analysed']} tensor(s) analysed "
+        f"{counts['analysed']} tensor(s) analysed "
         f"({totals['parameters_analysed']:,} parameters), {counts['skipped']} skipped, "
         f"{counts['errors']} with errors, "
         f"{counts['in_checkpoint'] - counts['selected']} filtered out by --include/--exclude.",
@@ -292,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
         console = Console(highlight=False, emoji=False)
         if not console.is_terminal:
             # Piped output (README, logs): wide enough not to truncate tensor names.
-            console = Console(highlight=False, emoji=False, width=160)
+            console = Console(highlight=False, emoji=False, width=200)
         render_table(report, console)
     bad = report["totals"]["tensors"]["errors"]
     if bad:

@@ -444,3 +444,48 @@ def test_flops_and_time_equal_the_installed_cost_model():
         sparse = gemm_time("h100-sxm", out, tokens, k_in, sparse="2:4", incompatible="dense")
         assert time["methods"]["1d"]["forward"] == sparse.time_s
         assert time["methods"]["1d"]["input_grad"] == time["dense"]["input_grad"]
+
+
+def test_bimask_numbers_equal_the_installed_library():
+    if MASK_METHODS["bimask"].unavailable():
+        pytest.skip("Bi-Mask (issue 6) is not in this installation")
+    import zlib
+
+    from nmref.bimask import backward_mask, search_permutation
+
+    settings = ReportSettings(methods=("1d", "bimask"), bimask_candidates=12, seed=5)
+    report = build_report(None, settings)
+    assert_valid(report)
+    checked = 0
+    for entry in report["tensors"]:
+        if entry["status"] != "ok":
+            continue
+        result = entry["methods"]["bimask"]
+        if entry["shape"][0] % 4:
+            assert "not_applicable" in result
+            continue
+        weight = read_tensor(default_checkpoint_path(), entry["name"]).array
+        forward = magnitude_mask(weight, 2, 4)
+        rng = np.random.default_rng(zlib.crc32(entry["name"].encode()) ^ 5)
+        search = search_permutation(weight, 2, 4, candidates=12, rng=rng, layout="linear")
+        backward = backward_mask(weight, forward, search.permutation, 2, 4, layout="linear")
+        assert result["mask_sha256"] == mask_digest(backward)
+        assert result["permutation_score"] == search.score
+        assert not (backward & ~forward).any()
+        assert result["kept_fraction"] <= entry["methods"]["1d"]["kept_fraction"]
+        assert result["forward_kept_fraction"] == entry["methods"]["1d"]["kept_fraction"]
+        assert result["kept_fraction"] == pytest.approx(
+            kept_fraction_by_fsum(weight, backward), rel=1e-12
+        )
+        checked += 1
+    assert checked == 2
+
+
+def test_two_workers_equal_one_with_the_randomised_bimask_search():
+    if MASK_METHODS["bimask"].unavailable():
+        pytest.skip("Bi-Mask (issue 6) is not in this installation")
+    settings = ReportSettings(methods=("bimask",), include=r"^layer1\.", bimask_candidates=5)
+    one = build_report("resnet50", settings, workers=1)
+    two = build_report("resnet50", settings, workers=2)
+    assert json.dumps(one) == json.dumps(two)
+    assert all(e["methods"]["bimask"]["mask_sha256"] for e in one["tensors"])
