@@ -164,17 +164,24 @@ def main() -> None:
     parser.add_argument("--cases", default="minilm,synthetic-1b")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--methods",
+        default=None,
+        help="mask methods (default: every installed one for minilm, 1d for synthetic-1b, "
+        "whose Bi-Mask search alone takes minutes here)",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from nmsim.report_methods import MASK_METHODS
 
-    methods = ",".join(k for k, m in MASK_METHODS.items() if m.unavailable() is None)
-    print(f"mask methods installed: {methods}; workers={args.workers}; medians of {args.repeat}")
+    installed = ",".join(k for k, m in MASK_METHODS.items() if m.unavailable() is None)
+    print(f"mask methods installed: {installed}; workers={args.workers}")
     for case in args.cases.split(","):
         with tempfile.TemporaryDirectory(prefix="bench-report-") as folder:
             if case == "minilm":
                 path = minilm_path()
                 repeat = args.repeat
+                methods = args.methods or installed
             elif case == "synthetic-1b":
                 path = Path(folder) / "synthetic-1b.safetensors"
                 start = time.perf_counter()
@@ -184,12 +191,14 @@ def main() -> None:
                     f"{path.stat().st_size / 2**30:.2f} GiB in {time.perf_counter() - start:.1f} s"
                 )
                 repeat = 1  # minutes per run on a shared machine
+                methods = args.methods or "1d"
             else:
                 raise SystemExit(f"unknown case {case!r}")
             result = bench(path, repeat, args.workers, methods)
         seconds = result["seconds"]
         print(
-            f"\n{case}: {result['tensors']} tensors, {result['parameters'] / 1e6:.1f} M parameters"
+            f"\n{case}: {result['tensors']} tensors, {result['parameters'] / 1e6:.1f} M "
+            f"parameters, methods {methods}, median of {repeat}"
         )
         print(f"{'step':<22}{'seconds':>10}{'tensors/s':>12}{'Mparam/s':>11}{'peak RSS MiB':>14}")
         for name, label in (
