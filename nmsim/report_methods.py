@@ -167,7 +167,7 @@ def _one_d(context: TensorContext) -> dict[str, Any]:
 
 
 def _transposable_mask(context: TensorContext, method: str) -> NDArray[np.bool_]:
-    transposable_mask = _resolve("nmref:transposable_mask")
+    transposable_mask = _resolve("nmref.transposable:transposable_mask")
     pattern = context.pattern
     matrix_mask = np.asarray(
         transposable_mask(context.matrix_scores(), pattern.n, pattern.m, method=method), dtype=bool
@@ -232,8 +232,8 @@ MASK_METHODS: dict[str, MaskMethod] = {
             "transposable",
             "transposable exact",
             "optimal transposable N:M mask: N per row and per column of every M x M tile "
-            "(nmref.transposable_mask method='exact'; Hubara et al. 2021)",
-            ("nmref:transposable_mask",),
+            "(nmref.transposable.transposable_mask method='exact'; Hubara et al. 2021)",
+            ("nmref.transposable:transposable_mask",),
             "issue 3",
             "transposable",
             _transposable_exact,
@@ -242,8 +242,8 @@ MASK_METHODS: dict[str, MaskMethod] = {
             "greedy",
             "transposable greedy",
             "greedy transposable N:M mask and its optimality gap against the exact one "
-            "(nmref.transposable_mask method='greedy')",
-            ("nmref:transposable_mask",),
+            "(nmref.transposable.transposable_mask method='greedy', keep form)",
+            ("nmref.transposable:transposable_mask",),
             "issue 3",
             "transposable",
             _transposable_greedy,

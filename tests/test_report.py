@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import nmref
 from nmref.checkpoints import read_tensor
 from nmref.layouts import from_reduction_matrix, to_reduction_matrix
 from nmref.masks import is_nm, magnitude_mask
@@ -108,7 +107,11 @@ def fake_get_gpu(name):
 
 @pytest.fixture
 def fake_providers(monkeypatch):
-    monkeypatch.setattr(nmref, "transposable_mask", fake_transposable_mask, raising=False)
+    monkeypatch.setitem(
+        sys.modules,
+        "nmref.transposable",
+        types.SimpleNamespace(transposable_mask=fake_transposable_mask),
+    )
     monkeypatch.setitem(
         sys.modules, "nmsim.flops", types.SimpleNamespace(method_phases=fake_method_phases)
     )
