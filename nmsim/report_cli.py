@@ -79,6 +79,30 @@ def _speedup(block: dict[str, Any], key: str) -> str:
     return _ratio(block["dense"]["total"] / method["total"])
 
 
+GEMM_SHORT = {"forward": "fwd", "input_grad": "dX", "weight_grad": "dW"}
+
+
+def _speedup_groups(report: dict[str, Any], methods: list[str]) -> dict[str, list[str]]:
+    """Methods with the same sparse GEMMs share one per-tensor speedup column.
+
+    The label names the GEMMs a method makes sparse, read from its FLOP counts
+    (or, without the FLOP model, one column per method).
+    """
+    groups: dict[str, list[str]] = {}
+    entries = [e for e in report["tensors"] if e["status"] == "ok" and e["time"]]
+    for key in methods:
+        label = SHORT_TITLES.get(key, key)
+        for entry in entries:
+            flops = entry["flops"]["methods"].get(key) if entry["flops"] else None
+            if flops:
+                dense = entry["flops"]["dense"]
+                sparse = [GEMM_SHORT[g] for g in GEMM_SHORT if flops[g] < dense[g]]
+                label = "+".join(sparse) if sparse else "dense"
+                break
+        groups.setdefault(label, []).append(key)
+    return groups
+
+
 def _method_cell(key: str, result: dict[str, Any] | None) -> str:
     if result is None:
         return "n/a"
@@ -101,7 +125,6 @@ def render_table(report: dict[str, Any], console: Any) -> None:
     checkpoint = report["checkpoint"]
     columns = report["columns"]
     methods = [key for key in settings["methods"] if columns[key]["available"]]
-    flops_on = columns["flops"]["available"]
     time_on = columns["time"]["available"]
     title = f"nmsim report: {Path(checkpoint['source']).name}, pattern {settings['pattern']}"
     if checkpoint["synthetic"]:
@@ -121,17 +144,11 @@ def render_table(report: dict[str, Any], console: Any) -> None:
         if key == "bimask":
             label += " bwd"
         table.add_column(f"kept {label}", justify="right", footer=footer)
-    for key in methods if flops_on else ():
-        block = totals["flops"]["methods"][key] if totals["flops"] else None
+    speedup_groups = _speedup_groups(report, methods) if time_on else {}
+    for label, keys in speedup_groups.items():
+        block = totals["time"]["methods"][keys[0]]
         table.add_column(
-            f"FLOPs÷ {SHORT_TITLES.get(key, key)}",
-            justify="right",
-            footer=_ratio(block and block["reduction"]),
-        )
-    for key in methods if time_on else ():
-        block = totals["time"]["methods"][key] if totals["time"] else None
-        table.add_column(
-            f"speedup {SHORT_TITLES.get(key, key)}",
+            f"speedup {label}",
             justify="right",
             footer=_ratio(block and block["speedup"]),
         )
@@ -145,16 +162,15 @@ def render_table(report: dict[str, Any], console: Any) -> None:
             skipped.setdefault(entry["reason"], []).append(entry["name"])
             continue
         if entry["status"] == "error":
-            blanks = [""] * (len(methods) * (1 + flops_on + time_on) + 2)
+            blanks = [""] * (len(methods) + len(speedup_groups) + 2)
             table.add_row(entry["name"], shape, *blanks, entry["reason"], style="red")
             continue
         align = entry["alignment"]
         fits = "1-D+tiles" if align["tiles_fit"] else "1-D" if align["groups_fit"] else "none"
         cells = [_method_cell(key, entry["methods"].get(key)) for key in methods]
-        if flops_on:
-            cells += [_speedup(entry["flops"], k) for k in methods]
-        if time_on:
-            cells += [_speedup(entry["time"], k) for k in methods]
+        for keys in speedup_groups.values():
+            applied = [k for k in keys if entry["time"]["methods"].get(k)]
+            cells.append(_speedup(entry["time"], applied[0]) if applied else "-")
         table.add_row(entry["name"], shape, entry["layout"], fits, *cells, *[""] * failed)
     description = checkpoint.get("description", "")
     metadata = checkpoint.get("metadata") or {}
@@ -164,10 +180,16 @@ def render_table(report: dict[str, Any], console: Any) -> None:
     console.print(table)
     counts = totals["tensors"]
     legend = "kept: share of sum |w| the mask keeps"
-    if flops_on:
-        legend += "; FLOPs÷: dense / method training FLOPs (fwd + dX + dW)"
     if time_on:
-        legend += f"; speedup: estimated dense / method GEMM time on {settings['gpu']}"
+        groups = "; ".join(
+            f"speedup {label}: {', '.join(SHORT_TITLES.get(k, k) for k in keys)}"
+            for label, keys in speedup_groups.items()
+        )
+        legend += (
+            f". speedup X: estimated dense / sparse time of the three training GEMMs "
+            f"(fwd, dX, dW) on {settings['gpu']} when X are sparse ({groups}; "
+            "footer: model total of the first method listed)"
+        )
     console.print(legend + ".", markup=False)
     console.print(
         f"{counts['analysed']} tensor(s) analysed "

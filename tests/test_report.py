@@ -492,3 +492,29 @@ def test_two_workers_equal_one_with_the_randomised_bimask_search():
     two = build_report("resnet50", settings, workers=2)
     assert json.dumps(one) == json.dumps(two)
     assert all(e["methods"]["bimask"]["mask_sha256"] for e in one["tensors"])
+
+
+def test_transposable_numbers_equal_the_installed_library():
+    if MASK_METHODS["transposable"].unavailable():
+        pytest.skip("transposable masks (issue 3) are not in this installation")
+    from nmref.transposable import transposable_mask
+
+    report = build_report(None, ReportSettings(methods=("1d", "transposable", "greedy")))
+    assert_valid(report)
+    checked = 0
+    for entry in report["tensors"]:
+        if entry["status"] != "ok" or not entry["alignment"]["tiles_fit"]:
+            continue
+        weight = read_tensor(default_checkpoint_path(), entry["name"]).array
+        magnitudes = np.abs(weight)
+        exact = transposable_mask(magnitudes, 2, 4, method="exact")
+        greedy = transposable_mask(magnitudes, 2, 4, method="greedy")
+        assert entry["methods"]["transposable"]["mask_sha256"] == mask_digest(exact)
+        assert entry["methods"]["greedy"]["mask_sha256"] == mask_digest(greedy)
+        exact_kept = float(np.sum(magnitudes, dtype=np.float64, where=exact))
+        greedy_kept = float(np.sum(magnitudes, dtype=np.float64, where=greedy))
+        gap = entry["methods"]["greedy"]["optimality_gap"]
+        assert gap == (exact_kept - greedy_kept) / exact_kept and 0 <= gap <= 0.5
+        assert entry["methods"]["transposable"]["density"] == 0.5
+        checked += 1
+    assert checked == 2
