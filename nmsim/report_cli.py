@@ -307,6 +307,10 @@ def run(args: argparse.Namespace) -> int:
         report = build_report(args.checkpoint, settings, workers=args.workers, progress=callbacks)
     except ImportError as error:
         raise ValueError(f"{error}") from error
+    except KeyboardInterrupt:
+        bar.stop()
+        print("nmsim: interrupted", file=sys.stderr)
+        return 130
     finally:
         bar.stop()
     if args.out is not None:

@@ -74,6 +74,10 @@ def _atomic_write(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(data)
+        # mkstemp makes the file private (0600); give it the mode a plain open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -104,11 +108,13 @@ def _kept_plot(report: dict[str, Any]) -> bytes:
     axes.set_xticks(positions + width * (len(methods) - 1) / 2)
     axes.set_xticklabels([e["name"] for e in entries], rotation=70, ha="right", fontsize=7)
     axes.set_ylabel("kept fraction of |w|")
-    axes.set_ylim(0, 1)
+    # Headroom above 1 keeps the legend off the bars.
+    axes.set_ylim(0, 1.4)
+    axes.set_yticks(np.linspace(0, 1, 6))
     axes.set_title(
         f"{report['checkpoint']['source']}: kept |w| per layer at {report['settings']['pattern']}"
     )
-    axes.legend(fontsize=8)
+    axes.legend(fontsize=8, loc="upper center", ncol=2)
     figure.tight_layout()
     data = _figure_bytes(figure)
     plt.close(figure)
@@ -133,6 +139,8 @@ def _speedup_plot(report: dict[str, Any]) -> bytes:
             values.append(entry["time"]["dense"]["total"] / method_time["total"])
         axes.bar(positions + index * width, values, width, label=report["columns"][key]["title"])
     axes.axhline(1.0, color="black", linewidth=0.8)
+    highest = max((bar.get_height() for bar in axes.patches), default=1.0)
+    axes.set_ylim(0, 1.6 * max(highest, 1.0))
     axes.set_xticks(positions + width * (len(methods) - 1) / 2)
     axes.set_xticklabels([e["name"] for e in entries], rotation=70, ha="right", fontsize=7)
     axes.set_ylabel("estimated training-step GEMM speedup")
@@ -141,7 +149,7 @@ def _speedup_plot(report: dict[str, Any]) -> bytes:
         f"{settings['gpu']}, {settings['dtype']}, {settings['batch_tokens']} tokens, "
         f"{settings['pattern']}"
     )
-    axes.legend(fontsize=8)
+    axes.legend(fontsize=8, loc="upper center", ncol=2)
     figure.tight_layout()
     data = _figure_bytes(figure)
     plt.close(figure)
@@ -164,8 +172,10 @@ def _heatmap(report: dict[str, Any], weights: dict[str, np.ndarray]) -> bytes:
         entry = next(e for e in report["tensors"] if e["name"] == name)
         layout = entry["layout"]
         mask = magnitude_mask(weight, pattern.n, pattern.m, layout=layout)
-        matrix = to_reduction_matrix(np.abs(weight), layout)[:64, :64].astype(np.float64)
-        kept = to_reduction_matrix(mask, layout)[:64, :64]
+        # A corner small enough to see single groups (and M x M tiles).
+        rows, cols = 4 * pattern.m, 8 * pattern.m
+        matrix = to_reduction_matrix(np.abs(weight), layout)[:rows, :cols].astype(np.float64)
+        kept = to_reduction_matrix(mask, layout)[:rows, :cols]
         shown = np.where(kept, matrix, np.nan)
         image = axes.imshow(shown, cmap="viridis", interpolation="nearest")
         figure.colorbar(image, ax=axes, label="|w| of kept entries (pruned: blank)")
@@ -173,8 +183,12 @@ def _heatmap(report: dict[str, Any], weights: dict[str, np.ndarray]) -> bytes:
             f"{name} [{layout}], 1-D {pattern} mask, top-left {kept.shape[0]}x{kept.shape[1]}",
             fontsize=9,
         )
-        axes.set_xlabel("reduction axis (groups of M consecutive)")
-        axes.set_ylabel("row")
+        for edge in range(pattern.m, kept.shape[1], pattern.m):
+            axes.axvline(edge - 0.5, color="black", linewidth=0.6)
+        for edge in range(pattern.m, kept.shape[0], pattern.m):
+            axes.axhline(edge - 0.5, color="gray", linewidth=0.4, linestyle=":")
+        axes.set_xlabel(f"reduction axis (solid lines: groups of M={pattern.m})")
+        axes.set_ylabel("row (dotted: M x M tiles)")
     figure.tight_layout()
     data = _figure_bytes(figure)
     plt.close(figure)

@@ -109,6 +109,9 @@ def test_out_writes_json_csv_and_plots_and_never_overwrites_silently(tmp_path, c
     ok = {r["name"]: r for r in rows if r["status"] == "ok"}
     entry = next(e for e in report["tensors"] if e["name"] == "fc2.weight")
     assert float(ok["fc2.weight"]["1d_kept_fraction"]) == entry["methods"]["1d"]["kept_fraction"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert all((p.stat().st_mode & 0o777) == 0o666 & ~umask for p in out.iterdir())
     for png in plots:
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     before = {p.name: p.read_bytes() for p in out.iterdir()}
