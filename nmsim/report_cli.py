@@ -135,6 +135,7 @@ def render_table(report: dict[str, Any], console: Any) -> None:
     table.add_column("shape")
     table.add_column("layout")
     table.add_column("fits")
+    table.add_column("2:4 kernel fwd/dX")
     totals = report["totals"]
     for key in methods:
         total = totals["methods"].get(key)
@@ -163,16 +164,20 @@ def render_table(report: dict[str, Any], console: Any) -> None:
             skipped.setdefault(entry["reason"], []).append(entry["name"])
             continue
         if entry["status"] == "error":
-            blanks = [""] * (len(methods) + len(speedup_groups) + 2)
+            blanks = [""] * (len(methods) + len(speedup_groups) + 3)
             table.add_row(entry["name"], shape, *blanks, entry["reason"], style="red")
             continue
         align = entry["alignment"]
         fits = "1-D+tiles" if align["tiles_fit"] else "1-D" if align["groups_fit"] else "none"
+        kernel = "/".join(
+            "yes" if any(align["kernel_shapes"][gemm].values()) else "no"
+            for gemm in ("forward", "input_grad")
+        )
         cells = [_method_cell(key, entry["methods"].get(key)) for key in methods]
         for keys in speedup_groups.values():
             applied = [k for k in keys if entry["time"]["methods"].get(k)]
             cells.append(_speedup(entry["time"], applied[0]) if applied else "-")
-        table.add_row(entry["name"], shape, entry["layout"], fits, *cells, *[""] * failed)
+        table.add_row(entry["name"], shape, entry["layout"], fits, kernel, *cells, *[""] * failed)
     description = checkpoint.get("description", "")
     metadata = checkpoint.get("metadata") or {}
     if "test_accuracy" in metadata:
@@ -180,7 +185,11 @@ def render_table(report: dict[str, Any], console: Any) -> None:
     console.print(description, style="bold red" if checkpoint["synthetic"] else None, markup=False)
     console.print(table)
     counts = totals["tensors"]
-    legend = "kept: share of sum |w| the mask keeps"
+    legend = (
+        "fits: N:M groups (1-D) and M x M tiles fit the shape; 2:4 kernel: the weight (fwd) and "
+        f"its transpose (dX) meet a PyTorch 2:4 kernel's shape rule for {settings['dtype']}; "
+        "kept: share of sum |w| the mask keeps"
+    )
     if time_on:
         groups = "; ".join(
             f"speedup {label}: {', '.join(SHORT_TITLES.get(k, k) for k in keys)}"
