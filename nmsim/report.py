@@ -398,18 +398,19 @@ def _tensor_flops(
     shape: tuple[int, ...], settings: ReportSettings, pattern: Pattern, applied: dict[str, bool]
 ) -> dict[str, Any]:
     dense_gemm = 2.0 * settings.batch_tokens * float(np.prod(shape, dtype=np.int64))
-    methods: dict[str, Any] = {}
-    flops = {
+    flops: dict[str, Any] = {
         "dense": {g: dense_gemm for g in GEMMS} | {"total": 3 * dense_gemm},
-        "methods": methods,
+        "methods": {},
+        "executed": {},
     }
     for key, ok in applied.items():
-        if not ok:
-            methods[key] = None
-            continue
-        densities = method_densities(MASK_METHODS[key].flops_method, pattern)
-        per_gemm = {g: dense_gemm * densities[g] for g in GEMMS}
-        methods[key] = per_gemm | {"total": sum(per_gemm.values())}
+        for block, accounting in (("methods", "ideal"), ("executed", "hardware")):
+            if not ok:
+                flops[block][key] = None
+                continue
+            densities = method_densities(MASK_METHODS[key].flops_method, pattern, accounting)
+            per_gemm = {g: dense_gemm * densities[g] for g in GEMMS}
+            flops[block][key] = per_gemm | {"total": sum(per_gemm.values())}
     return flops
 
 
@@ -519,19 +520,21 @@ def _totals(
 def _cost_totals(analysed: list[dict], settings: ReportSettings, cost: str) -> dict[str, Any]:
     """Model totals; a tensor a method does not apply to stays dense for that method."""
     dense = {g: sum(e[cost]["dense"][g] for e in analysed) for g in (*GEMMS, "total")}
-    methods: dict[str, Any] = {}
-    for key in settings.methods:
-        if all(e["methods"].get(key) is None for e in analysed) or not analysed:
-            methods[key] = None
-            continue
-        per = {
-            g: sum((e[cost]["methods"][key] or e[cost]["dense"])[g] for e in analysed)
-            for g in (*GEMMS, "total")
-        }
-        ratio = dense["total"] / per["total"] if per["total"] > 0 else None
-        per["reduction" if cost == "flops" else "speedup"] = ratio
-        methods[key] = per
-    return {"dense": dense, "methods": methods}
+    out: dict[str, Any] = {"dense": dense}
+    for block in ("methods", "executed") if cost == "flops" else ("methods",):
+        out[block] = {}
+        for key in settings.methods:
+            if all(e["methods"].get(key) is None for e in analysed) or not analysed:
+                out[block][key] = None
+                continue
+            per = {
+                g: sum((e[cost][block][key] or e[cost]["dense"])[g] for e in analysed)
+                for g in (*GEMMS, "total")
+            }
+            ratio = dense["total"] / per["total"] if per["total"] > 0 else None
+            per["reduction" if cost == "flops" else "speedup"] = ratio
+            out[block][key] = per
+    return out
 
 
 @dataclass

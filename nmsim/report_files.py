@@ -57,6 +57,10 @@ def csv_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             for key in methods:
                 method = (block.get("methods") or {}).get(key) or {}
                 row[f"{key}_{label}"] = method.get("total", "")
+            if cost == "flops":
+                for key in methods:
+                    method = (block.get("executed") or {}).get(key) or {}
+                    row[f"{key}_executed_flops"] = method.get("total", "")
         rows.append(row)
     return rows
 

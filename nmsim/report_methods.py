@@ -285,7 +285,7 @@ COST_MODELS: dict[str, CostModel] = {
     "flops": CostModel(
         "flops",
         "training FLOPs per GEMM",
-        ("nmsim.flops:method_phases",),
+        ("nmsim.flops:method_phases", "nmsim.flops:gemm_densities"),
         "training-FLOP accounting, issue 5",
     ),
     "time": CostModel(
@@ -314,13 +314,23 @@ def gemm_shapes(shape: tuple[int, ...], tokens: int) -> dict[str, tuple[int, int
     }
 
 
-def method_densities(flops_method: str, pattern: Pattern) -> dict[str, float]:
-    """Phase-weighted density of each GEMM for a method (``nmsim.flops.method_phases``)."""
+def method_densities(
+    flops_method: str, pattern: Pattern, accounting: str = "ideal"
+) -> dict[str, float]:
+    """Phase-weighted density of each GEMM for a method (``nmsim.flops``).
+
+    ``accounting="ideal"`` counts only products with a kept weight (N/M);
+    ``"hardware"`` counts what a 2:4 sparse tensor core executes
+    (``nmsim.flops.gemm_densities``): never below 1/2, dense where the pattern
+    or the operand cannot use the sparse path.
+    """
     method_phases = _resolve("nmsim.flops:method_phases")
+    gemm_densities = _resolve("nmsim.flops:gemm_densities")
     densities = dict.fromkeys(GEMMS, 0.0)
     for phase in method_phases(flops_method, f"{pattern.n}:{pattern.m}"):
+        phase_densities = gemm_densities(phase, pattern, accounting)
         for gemm in GEMMS:
-            densities[gemm] += phase.fraction * phase.densities.get(gemm)
+            densities[gemm] += phase.fraction * phase_densities.get(gemm)
     return densities
 
 

@@ -93,6 +93,13 @@ def fake_method_phases(method, pattern):
     return (types.SimpleNamespace(fraction=1.0, densities=_Densities(values)),)
 
 
+def fake_gemm_densities(phase, pattern, accounting):
+    if accounting == "ideal":
+        return phase.densities
+    values = {g: 1.0 if d >= 1 else max(d, 0.5) for g in GEMMS for d in [phase.densities.get(g)]}
+    return _Densities(values)
+
+
 def fake_gemm_time(gpu, m, n, k, *, dtype, sparse=None, incompatible="error"):
     flops = 2.0 * m * n * k
     seconds = 1e-6 + flops / (1e15 if sparse is None else 1.6e15)
@@ -113,7 +120,9 @@ def fake_providers(monkeypatch):
         types.SimpleNamespace(transposable_mask=fake_transposable_mask),
     )
     monkeypatch.setitem(
-        sys.modules, "nmsim.flops", types.SimpleNamespace(method_phases=fake_method_phases)
+        sys.modules,
+        "nmsim.flops",
+        types.SimpleNamespace(method_phases=fake_method_phases, gemm_densities=fake_gemm_densities),
     )
     monkeypatch.setitem(sys.modules, "nmsim.gemm", types.SimpleNamespace(gemm_time=fake_gemm_time))
     monkeypatch.setitem(sys.modules, "nmsim.hardware", types.SimpleNamespace(get_gpu=fake_get_gpu))
@@ -306,6 +315,20 @@ def test_flops_and_time_follow_the_documented_accounting(fake_providers):
     assert flops["reduction"] == pytest.approx(1 / ((0.5 + 1 + 1) / 3))
 
 
+def test_executed_flops_stop_at_the_hardware_density(fake_providers):
+    report = build_report(None, ReportSettings(methods=("1d", "transposable"), pattern="1:8"))
+    assert_valid(report)
+    fc1 = next(e for e in report["tensors"] if e["name"] == "fc1.weight")
+    dense = fc1["flops"]["dense"]["forward"]
+    assert fc1["flops"]["methods"]["1d"]["forward"] == dense / 8
+    assert fc1["flops"]["executed"]["1d"]["forward"] == dense / 2
+    assert fc1["flops"]["executed"]["transposable"]["input_grad"] == dense / 2
+    assert fc1["flops"]["executed"]["1d"]["weight_grad"] == dense
+    totals = report["totals"]["flops"]
+    assert totals["executed"]["1d"]["reduction"] == pytest.approx(3 / 2.5)
+    assert totals["methods"]["1d"]["reduction"] == pytest.approx(3 / (1 / 8 + 2))
+
+
 def test_unknown_gpu_is_an_error_when_the_gpu_database_is_installed(fake_providers):
     with pytest.raises(ValueError, match="gpu='h900' is unknown"):
         build_report(None, ReportSettings(gpu="h900"))
@@ -426,7 +449,8 @@ def test_from_reduction_matrix_round_trip_used_by_matrix_methods():
 def test_flops_and_time_equal_the_installed_cost_model():
     if COST_MODELS["flops"].unavailable() or COST_MODELS["time"].unavailable():
         pytest.skip("the FLOP/GEMM model (issue 5) is not in this installation")
-    from nmsim.flops import method_phases
+    from nmref.patterns import parse_pattern
+    from nmsim.flops import gemm_densities, method_phases
     from nmsim.gemm import gemm_time
 
     tokens = 2048
@@ -441,6 +465,8 @@ def test_flops_and_time_equal_the_installed_cost_model():
         flops = entry["flops"]["methods"]["1d"]
         assert flops["forward"] == dense * phase.densities.forward
         assert flops["input_grad"] == dense * phase.densities.input_grad
+        executed = gemm_densities(phase, parse_pattern("2:4"), "hardware")
+        assert entry["flops"]["executed"]["1d"]["forward"] == dense * executed.forward
         time = entry["time"]
         assert time["dense"]["forward"] == gemm_time("h100-sxm", out, tokens, k_in).time_s
         assert time["dense"]["weight_grad"] == gemm_time("h100-sxm", out, k_in, tokens).time_s
