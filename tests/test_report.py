@@ -316,17 +316,17 @@ def test_flops_and_time_follow_the_documented_accounting(fake_providers):
 
 
 def test_executed_flops_stop_at_the_hardware_density(fake_providers):
-    report = build_report(None, ReportSettings(methods=("1d", "transposable"), pattern="1:8"))
+    report = build_report(None, ReportSettings(methods=("1d", "transposable"), pattern="1:4"))
     assert_valid(report)
     fc1 = next(e for e in report["tensors"] if e["name"] == "fc1.weight")
     dense = fc1["flops"]["dense"]["forward"]
-    assert fc1["flops"]["methods"]["1d"]["forward"] == dense / 8
+    assert fc1["flops"]["methods"]["1d"]["forward"] == dense / 4
     assert fc1["flops"]["executed"]["1d"]["forward"] == dense / 2
     assert fc1["flops"]["executed"]["transposable"]["input_grad"] == dense / 2
     assert fc1["flops"]["executed"]["1d"]["weight_grad"] == dense
     totals = report["totals"]["flops"]
     assert totals["executed"]["1d"]["reduction"] == pytest.approx(3 / 2.5)
-    assert totals["methods"]["1d"]["reduction"] == pytest.approx(3 / (1 / 8 + 2))
+    assert totals["methods"]["1d"]["reduction"] == pytest.approx(3 / (1 / 4 + 2))
 
 
 def test_unknown_gpu_is_an_error_when_the_gpu_database_is_installed(fake_providers):
