@@ -27,7 +27,7 @@ import time
 import numpy as np
 from sklearn.datasets import load_digits
 
-from nmref.bame import BameConfig
+from nmref.bame import BameConfig, candidate_blocks, is_update_step
 from nmref.bame_training import (
     SGD,
     GradientLedger,
@@ -95,6 +95,8 @@ def train(method: str, n: int, m: int, seed: int, epochs: int, batch: int = 32, 
     rng = np.random.default_rng(seed)
     layers = init_sparse_mlp((64, 128, 10), config, rng)
     ledger = GradientLedger()
+    # OBF activity: block-updates whose block was not a candidate (frozen), of all.
+    frozen = block_updates = 0
     step = 0
     for _ in range(epochs):
         order = rng.permutation(len(y_train))
@@ -103,6 +105,11 @@ def train(method: str, n: int, m: int, seed: int, epochs: int, batch: int = 32, 
             if method == "srste":
                 srste_train_step(layers, x_train[index], y_train[index], config, optimizer, ledger)
             else:
+                if is_update_step(step, config):
+                    for layer in layers:  # the candidates evolve_mask will use at this step
+                        candidates = candidate_blocks(layer.state, config)
+                        frozen += int(np.count_nonzero(~candidates))
+                        block_updates += candidates.size
                 bame_train_step(
                     layers, x_train[index], y_train[index], step, config, optimizer, ledger
                 )
@@ -111,7 +118,7 @@ def train(method: str, n: int, m: int, seed: int, epochs: int, batch: int = 32, 
         for layer in layers:
             layer.mask = magnitude_mask(layer.weight, n, m)
     changes = sum(int(layer.state.changes.sum()) for layer in layers)
-    return accuracy(layers, x_test, y_test), ledger, changes
+    return accuracy(layers, x_test, y_test), ledger, changes, (frozen, block_updates)
 
 
 def main() -> int:
@@ -130,6 +137,8 @@ def main() -> int:
         ("bame", "bame", {}),
         # Ablation: pure first-order keep utility (no curvature term), spec 3.2.
         ("bame c=0", "bame", {"curvature": 0.0}),
+        # Ablation: SGD step on the old mask, then evolve (spec 4, switch step_order).
+        ("bame s-f", "bame", {"step_order": "step_first"}),
     ]
     for n, m in ((2, 4), (1, 4), (1, 8), (1, 16)):
         for label, method, switches in methods:
@@ -139,9 +148,11 @@ def main() -> int:
             extra = ""
             if method == "bame":
                 ledger = runs[0][1]
+                frozen, block_updates = runs[0][3]
                 extra = (
                     f"  (seed 0: kept {ledger.kept_entries}, candidate "
-                    f"{ledger.candidate_entries}, block changes {runs[0][2]})"
+                    f"{ledger.candidate_entries}, block changes {runs[0][2]}, "
+                    f"frozen {frozen} of {block_updates} block-updates)"
                 )
             print(
                 f"{f'{n}:{m}':8} {label:9} {_fmt([r[0] for r in runs]):>22} "

@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    PYTHONPATH=. python benchmarks/bench_bimask.py                 # everything (~3-4 min, 2 cores)
+    PYTHONPATH=. python benchmarks/bench_bimask.py                 # everything (~3-4 min idle)
     PYTHONPATH=. python benchmarks/bench_bimask.py --skip-gain     # speed only
     PYTHONPATH=. python benchmarks/bench_bimask.py --baseline-candidates 10   # quicker peer
 
@@ -10,10 +10,14 @@ Run from the repository root::
 straightforward torch-on-CPU port of the authors' per-candidate procedure
 (``nmref/_bimask_torch_port.py``: permute, sort every backward group, sum the
 mask), on the same candidates, measured in the same run. Both must choose the
-same permutation with the same scores (checked, printed). Times are medians of
+same permutation with the same scores (checked, printed). The torch peer dominates
+the run time and slows down most under contention: on the shared 2-core machine
+under load its 100-candidate 4096x4096 search took 70-290 s, so prefer
+``--baseline-candidates 10`` there. Times are medians of
 ``--repeats`` runs; the Numba kernels are compiled before timing. With
 ``--baseline-candidates k < K`` the peer scores only the first ``k``
-candidates and its time is scaled by ``K / k`` (printed as "scaled").
+candidates and its time is scaled by ``K / k`` (printed as "scaled"); "agree"
+then compares those ``k`` scores only, not the final choice.
 
 **Quality (beyond the paper).** Fraction of forward survivors the backward
 mask keeps (criterion "kept") and fraction of eligible blocks ("eligible")

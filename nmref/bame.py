@@ -457,6 +457,11 @@ def keep_utility(
     Entries are computed everywhere; callers pass a gradient that is finite
     where the result is used (NaN elsewhere propagates only to unused entries).
     """
+    if regrow_init not in _CHOICES["regrow_init"]:
+        raise ValueError(f"regrow_init={regrow_init!r} must be one of {_CHOICES['regrow_init']}")
+    # A negative or NaN step or curvature would silently invert or poison the ranking.
+    _check_real("lookahead_step", lookahead_step, 0.0, math.inf, upper_open=True)
+    _check_real("curvature", curvature, 0.0, math.inf, upper_open=True)
     w = np.asarray(weight, dtype=np.float64)
     g = np.asarray(grad, dtype=np.float64)
     kept = np.asarray(mask, dtype=bool)
@@ -499,8 +504,9 @@ def _validated_inputs(
     weight_array = np.asarray(weight)
     grad_array = np.asarray(grad)
     for name, array in (("weight", weight_array), ("grad", grad_array)):
-        if array.dtype.kind != "f":
-            raise TypeError(f"{name} must be a float array, got dtype={array.dtype}")
+        if array.dtype.kind != "f" or array.dtype.itemsize > 8:
+            # float64 is the scoring precision: wider floats would be rounded silently.
+            raise TypeError(f"{name} must be a float16/32/64 array, got dtype={array.dtype}")
         if array.shape != mask_array.shape:
             raise ValueError(f"{name}.shape={array.shape} must equal mask.shape={mask_array.shape}")
     if not is_nm(mask_array, n, m):

@@ -426,7 +426,8 @@ def gradient_gap(
     if array.dtype.kind != "f" or array.dtype.itemsize > 8:
         raise TypeError(f"weight must be a float16/32/64 array, got dtype={array.dtype}")
     if np.isnan(array).any():
-        raise ValueError("weight contains NaN")
+        index = np.unravel_index(int(np.flatnonzero(np.isnan(array))[0]), array.shape)
+        raise ValueError(f"weight contains NaN (first at index {tuple(int(i) for i in index)})")
     forward = as_binary_mask(forward_mask, array.shape, "forward_mask")
     backward = as_binary_mask(backward_mask, array.shape, "backward_mask")
     outside = backward & ~forward
@@ -697,7 +698,8 @@ def search_permutation(
     Raises
     ------
     TypeError
-        If ``rng`` is not a Generator or int (and no explicit candidates were given).
+        If ``rng`` is not a Generator or int (and no explicit candidates were given),
+        or explicit ``candidates`` are not integers.
     ValueError
         If no candidate would be evaluated, or as :func:`score_permutations`.
 
@@ -720,6 +722,9 @@ def search_permutation(
             drawn[k] = generator.permutation(out_channels)
     else:
         drawn = np.asarray(candidates)
+        if drawn.size and drawn.dtype.kind not in "iu":
+            # astype(intp) below would truncate 0.5 to 0 and pass a non-permutation off as one.
+            raise TypeError(f"candidates must be integer permutations, got dtype={drawn.dtype}")
         if drawn.ndim != 2 or drawn.shape[1] != out_channels:
             raise ValueError(
                 f"candidates must be an int or an array of shape (K, {out_channels}), "
@@ -1156,14 +1161,16 @@ def bimask_linear_gemms(
     w = _as_weight(weight)
     if w.ndim != 2:
         raise ValueError(f"weight must be 2-D [out, in], got shape {w.shape}")
-    x = _as_weight(inputs, "inputs")
-    dy = _as_weight(grad_output, "grad_output")
+    # Shapes first: _as_weight's ndim message describes weights, not activations.
+    x, dy = np.asarray(inputs), np.asarray(grad_output)
     if x.ndim != 2 or x.shape[1] != w.shape[1]:
         raise ValueError(f"inputs must have shape (batch, {w.shape[1]}), got {x.shape}")
     if dy.shape != (x.shape[0], w.shape[0]):
         raise ValueError(
             f"grad_output must have shape ({x.shape[0]}, {w.shape[0]}), got {dy.shape}"
         )
+    x = _as_weight(x, "inputs")
+    dy = _as_weight(dy, "grad_output")
     forward = forward_mask(w, n, m, layout="linear")
     backward = backward_mask(w, forward, permutation, n, m, layout="linear", rank=rank)
     zero = w.dtype.type(0)

@@ -156,6 +156,8 @@ def compress_time_s(gpu: str, weight_bytes: float, parameters: GemmParameters | 
     weight on A100-80GB (hardware.md §3 row 4) and transfers to other GPUs by
     bandwidth only (an assumption).
     """
+    if not 0 <= weight_bytes < math.inf:  # also rejects NaN
+        raise ValueError(f"weight_bytes={weight_bytes} must be finite and >= 0")
     params = parameters if parameters is not None else default_parameters()
     bandwidth = get_gpu(gpu).memory_bandwidth_gb_s.value * 1e9
     return weight_bytes / (bandwidth * params.compress_bandwidth_fraction)

@@ -6,11 +6,13 @@ sparsifies it **and** the hardware can run it (a weight operand with a
 2:4-compatible pattern); the non-GEMM remainder of the step (norms,
 activations, optimizer, attention softmax...) is a stated fraction of the
 dense step and does not shrink; training adds a runtime prune + compress pass
-per sparse weight copy and step. See ``specs/gemm_model.md`` §"Step estimate".
+per sparse weight and step (two for Bi-Mask, whose backward mask differs).
+See ``specs/gemm_model.md`` §"Step estimate".
 """
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -34,6 +36,10 @@ __all__ = ["DEFAULT_NON_GEMM_FRACTION", "StepEstimate", "estimate_step"]
 #: Share of a dense step spent outside GEMMs when the caller gives none. An
 #: assumption, not a measurement: no published point isolates it (hardware.md §3).
 DEFAULT_NON_GEMM_FRACTION = 0.25
+
+#: Methods whose input gradient uses a different N:M mask than the forward (Bi-Mask's
+#: column-wise backward mask), so each step prunes and compresses the weight twice.
+SEPARATE_BACKWARD_MASK = frozenset({"bimask"})
 
 
 @dataclass(frozen=True)
@@ -133,8 +139,10 @@ def estimate_step(
     Raises
     ------
     ValueError
-        Bad batch, fraction, mode, model, method or pattern; a sparse layer
+        Batch < 1; bad fraction, mode, model, method or pattern; a sparse layer
         whose GEMM reduction length is not a multiple of M.
+    TypeError
+        A batch that is not an integer.
 
     Notes
     -----
@@ -144,8 +152,11 @@ def estimate_step(
     and batch folded into ``n`` (an approximation). Grouped convolutions are
     ``count`` separate GEMMs. Complexity O(layers x phases x tile configs).
     """
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+    if isinstance(batch, bool) or not isinstance(batch, numbers.Integral):
+        raise TypeError(f"batch={batch!r} must be a positive integer")
+    if batch < 1:
         raise ValueError(f"batch={batch!r} must be a positive integer")
+    batch = int(batch)
     if not 0.0 <= non_gemm_fraction < 1.0:
         raise ValueError(f"non_gemm_fraction={non_gemm_fraction} must be in [0, 1)")
     if mode not in ("train", "inference"):
@@ -181,6 +192,7 @@ def estimate_step(
             if sparse_layer and layer.in_features % nm.m:
                 raise ValueError(f"layer {layer.name!r}: reduction length {layer.in_features} "
                                  f"is not a multiple of M={nm.m}")
+            sparse_copies = 0  # sparse GEMMs that read this weight (W and/or W^T)
             for gemm in gemms:
                 if gemm == "input_grad" and index == first_weight and \
                         not opts.count_first_layer_input_grad:
@@ -220,15 +232,21 @@ def estimate_step(
                 if use_sparse:
                     t = layer.count * _gemm(gpu_obj.key, *shape, dtype, nm, parameters, where,
                                             b_elements=b_el, c_elements=c_el)
-                    if mode == "train" and runs_sparse:
-                        weight_bytes = (layer.out_features * layer.in_features * layer.count
-                                        * DTYPE_BYTES[dtype])
-                        compress += phase.fraction * compress_time_s(
-                            gpu_obj.key, weight_bytes, parameters)
+                    sparse_copies += 1
                 else:
                     t = dense_t
                 dense_per[gemm] += phase.fraction * dense_t
                 method_per[gemm] += phase.fraction * t
+            if mode == "train" and runs_sparse and sparse_copies:
+                # One pass per mask: a mask that is N:M both ways yields W and W^T from one
+                # pass (PyTorch's _sparse_semi_structured_tile; the calibration point
+                # a100-mlp-train-weight24 is charged this way). A separate backward mask
+                # needs its own pass.
+                passes = sparse_copies if method in SEPARATE_BACKWARD_MASK else 1
+                weight_bytes = (layer.out_features * layer.in_features * layer.count
+                                * DTYPE_BYTES[dtype])
+                compress += phase.fraction * passes * compress_time_s(
+                    gpu_obj.key, weight_bytes, parameters)
     if mode == "train" and any(p.sparse_weight_gradient for p in phases):
         notes.append("the output-sparse weight gradient cannot use sparse tensor cores "
                      "(no weight operand): timed dense")

@@ -29,6 +29,8 @@ Mishra et al. 2021 (ASP). Research notes: ``bimask.md`` §5, ``bame.md`` §4.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -46,6 +48,7 @@ __all__ = [
     "MethodOptions",
     "Phase",
     "assumption_table",
+    "bame_update_overhead",
     "gemm_densities",
     "hardware_density",
     "inference_density",
@@ -200,6 +203,42 @@ def method_phases(method: str, pattern: str | Pattern, options: MethodOptions | 
         return (Phase("all sparse", 1.0, GemmDensities(rho, rho, rho),
                       sparse_weight_gradient=True),)
     raise ValueError(f"method={method!r} is unknown; known methods: {', '.join(METHODS)}")
+
+
+def bame_update_overhead(total_steps: int, config: object, candidate_fraction: float = 1.0
+                         ) -> float:
+    """``MethodOptions.bame_update_overhead`` implied by a BAME schedule: ``p = c U / S``.
+
+    ``nmref.bame`` computes, besides the kept entries, every weight-gradient entry of every
+    candidate block at each update step (``specs/bame.md`` §3.6), a dense-dW share of
+    ``n/m + (1 - n/m) c U / S`` over ``S = total_steps`` steps with ``U`` update steps and
+    mean candidate fraction ``c``. That is this module's ``rho + p (1 - rho)`` with the
+    returned ``p``, so ``MethodOptions(bame_update_overhead=p)`` charges exactly the weight
+    gradient the reference implementation computes (``nmref.bame.weight_gradient_fraction``).
+
+    Parameters
+    ----------
+    total_steps : int
+        Optimizer steps of the run, >= 1.
+    config : nmref.bame.BameConfig
+        The schedule (``t_i``, ``t_f``, ``update_interval``).
+    candidate_fraction : float
+        Mean share of blocks that are candidates at an update step, in [0, 1] (1 while
+        nothing is frozen).
+
+    Examples
+    --------
+    >>> from nmref.bame import BameConfig
+    >>> bame_update_overhead(6, BameConfig(2, 4, t_i=0, t_f=4, update_interval=2))
+    0.3333333333333333
+    """
+    from nmref.bame import BameConfig, update_steps, weight_gradient_fraction
+
+    if not isinstance(config, BameConfig):
+        raise TypeError(f"config={config!r} must be an nmref.bame.BameConfig")
+    # Validates total_steps and candidate_fraction with the reference's own messages.
+    weight_gradient_fraction(total_steps, config, candidate_fraction)
+    return float(candidate_fraction) * len(update_steps(total_steps, config)) / total_steps
 
 
 def inference_density(method: str, pattern: str | Pattern) -> float:
@@ -391,8 +430,11 @@ def training_flops(
     opts = options if options is not None else MethodOptions()
     if accounting not in ("ideal", "hardware"):
         raise ValueError(f"accounting={accounting!r} must be 'ideal' or 'hardware'")
-    if examples <= 0 or epochs <= 0:
-        raise ValueError(f"examples={examples} and epochs={epochs} must be > 0")
+    for label, count in (("examples", examples), ("epochs", epochs)):
+        if isinstance(count, bool) or not isinstance(count, numbers.Real):
+            raise TypeError(f"{label}={count!r} must be a number")
+        if not (0 < count < math.inf):  # also rejects NaN
+            raise ValueError(f"{label}={count} must be finite and > 0")
     nm = parse_pattern(pattern)
     if isinstance(model, str):
         layers: tuple[Layer, ...] = model_layers(model)

@@ -162,13 +162,41 @@ def load_compressed(path: Path) -> dict[str, Any]:
             raise ValueError(f"{path} is not an nmsim compressed file: missing {sorted(missing)}")
         if str(data["format"]) != FILE_FORMAT:
             raise ValueError(f"{path} has format {str(data['format'])!r}, expected {FILE_FORMAT!r}")
-        return {
+        loaded = {
             "values": data["values"],
             "metadata": data["metadata"],
             "dtype_kind": str(data["dtype_kind"]),
             "layout": str(data["layout"]),
             "shape": tuple(int(s) for s in data["shape"]),
         }
+    _check_consistent(path, loaded)
+    return loaded
+
+
+def _check_consistent(path: Path, data: dict[str, Any]) -> None:
+    """The arrays must fit the recorded kind and shape, or every summary would be wrong."""
+    from nmsim.formats import format_spec
+
+    spec = format_spec(data["dtype_kind"])
+    shape, values, metadata = data["shape"], data["values"], data["metadata"]
+    if len(shape) != 2 or shape[1] % spec.dense_columns_per_word:
+        raise ValueError(f"{path}: recorded shape {shape} is not a {data['dtype_kind']} matrix")
+    if values.dtype != spec.storage_dtype:
+        raise ValueError(
+            f"{path}: values have dtype {values.dtype}; {data['dtype_kind']} stores "
+            f"{spec.storage_dtype}"
+        )
+    if values.shape != (shape[0], shape[1] // 2):
+        raise ValueError(
+            f"{path}: values have shape {values.shape}; a {shape[0]} x {shape[1]} matrix needs "
+            f"{(shape[0], shape[1] // 2)}"
+        )
+    expected = (shape[0], shape[1] // spec.dense_columns_per_word)
+    if metadata.shape != expected:
+        raise ValueError(
+            f"{path}: metadata has shape {metadata.shape}; a {shape[0]} x {shape[1]} "
+            f"{data['dtype_kind']} matrix needs {expected}"
+        )
 
 
 def pattern_histogram(positions: np.ndarray, group_size: int) -> dict[str, int]:
@@ -187,6 +215,9 @@ def pattern_histogram(positions: np.ndarray, group_size: int) -> dict[str, int]:
 def run_inspect(args: argparse.Namespace) -> int:
     from nmsim.formats import format_spec, metadata_to_positions, nonzero_mask
 
+    for flag, count in (("--rows", args.rows), ("--groups", args.groups)):
+        if count < 0:
+            raise ValueError(f"{flag}={count} must be >= 0")
     data = load_compressed(args.input)
     kind, layout, shape = data["dtype_kind"], data["layout"], data["shape"]
     spec = format_spec(kind)

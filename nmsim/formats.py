@@ -652,6 +652,9 @@ def compress_2to4_reference(
     """
     spec = format_spec(dtype_kind)
     _check_layout(layout)
+    if overfull not in OVERFULL_POLICIES:
+        raise ValueError(f"overfull must be one of {OVERFULL_POLICIES}, got {overfull!r}")
+    nibble_table(encoding)  # validates the name; the loop reads the data file directly
     dense = _as_storage_array("dense", dense, spec)
     rows, columns = dense.shape
     check_shape(rows, columns, dtype_kind, layout)

@@ -178,7 +178,7 @@ def default_parameters() -> GemmParameters:
     """The calibrated parameters shipped in ``nmsim/data/gemm_parameters.toml``.
 
     They are written by ``nmsim calibrate --write`` from the training split of
-    ``nmsim/data/calibration.csv``; a test refits and compares.
+    ``nmsim/data/calibration.toml``; a test refits and compares.
     """
     text = resources.files("nmsim").joinpath("data/gemm_parameters.toml").read_text("utf-8")
     raw = tomllib.loads(text)
@@ -445,7 +445,10 @@ def gemm_time(
     # ----- rates
     sparse_path = executed is not None
     sms = int(gpu_obj.sms.value)
-    peak_tflops = peak.sparse_tflops if sparse_path else peak.dense_tflops
+    # Vendor tables round dense and sparse peaks independently (L40S 362 / 733); the sparse
+    # tensor cores run exactly 2x the dense math rate, so the sparse peak is capped at that.
+    peak_tflops = (min(peak.sparse_tflops, 2.0 * peak.dense_tflops) if sparse_path
+                   else peak.dense_tflops)
     compute_eff = (params.sparse_compute_efficiency if sparse_path
                    else params.dense_compute_efficiency)
     memory_eff = params.dense_memory_efficiency

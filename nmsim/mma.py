@@ -119,6 +119,19 @@ def _check_accumulate(kind: str, accumulate: str | None) -> str:
     return accumulate
 
 
+def _check_options(accumulate: str, saturate: object, tf32_inputs: object) -> None:
+    """Reject options that would otherwise be ignored for these inputs."""
+    if tf32_inputs not in TF32_INPUTS:
+        raise ValueError(f"tf32_inputs must be one of {TF32_INPUTS}, got {tf32_inputs!r}")
+    if not isinstance(saturate, (bool, np.bool_)):
+        raise TypeError(f"saturate={saturate!r} must be a bool")
+    if saturate and accumulate != "int32":
+        raise ValueError(
+            f"saturate=True applies to int32 accumulation only (PTX .satfinite on s32); "
+            f"accumulate={accumulate!r} rounds to the float type"
+        )
+
+
 def _round_to_accumulator(exact: np.ndarray, accumulate: str, saturate: bool) -> np.ndarray:
     if accumulate == "int32":
         if saturate:
@@ -211,7 +224,8 @@ def mma_sp(
         Accumulator type; defaults to "int32" for int8 and "fp32" otherwise. "fp16" is
         allowed for fp16 inputs only (as in PTX).
     saturate : bool
-        int32 only: clamp to the int32 range (PTX ``.satfinite``) instead of wrapping.
+        int32 only (``ValueError`` otherwise): clamp to the int32 range (PTX
+        ``.satfinite``) instead of wrapping.
     tf32_inputs : {"keep", "truncate", "round"}
         fp32 only: use the fp32 inputs as they are (default) or reduce both operands to TF32
         first (see :func:`tf32_round`).
@@ -226,7 +240,8 @@ def mma_sp(
     TypeError
         Wrong dtypes of ``values``, ``b`` or ``c``.
     ValueError
-        Shapes that disagree; invalid metadata; an accumulator PTX does not offer.
+        Shapes that disagree; invalid metadata; an accumulator PTX does not offer; an
+        unknown ``tf32_inputs``; ``saturate=True`` with a float accumulator.
 
     Notes
     -----
@@ -260,6 +275,7 @@ def mma_sp(
             f"{values.dtype} with shape {values.shape}"
         )
     accumulate = _check_accumulate(kind, accumulate)
+    _check_options(accumulate, saturate, tf32_inputs)
     rows, columns = values.shape[0], 2 * values.shape[1]
     b = _check_b(b, kind, columns)
     c = _check_c(c, (rows, b.shape[1]), accumulate)
@@ -308,6 +324,7 @@ def accumulation_error_bound(
     accumulate = _check_accumulate(kind, accumulate)
     if accumulate == "int32":
         raise ValueError("integer accumulation is exact: the bound is 0")
+    _check_options(accumulate, False, tf32_inputs)
     spec = format_spec(kind)
     b = _check_b(b, kind, 2 * np.shape(values)[1])
     positions = metadata_to_positions(metadata, dtype_kind=kind, layout=layout)
@@ -489,7 +506,10 @@ def mma_sp_warp(
     ``A @ B + C`` computed as in :func:`mma_sp` (exact products, one rounding).
 
     Raises ``ValueError`` for a metadata nibble PTX calls invalid (undefined behaviour on
-    hardware) and for selectors or accumulators the shape does not offer.
+    hardware), for selectors or accumulators the shape does not offer and for fragments of
+    the wrong shape; ``TypeError`` for fragments whose dtype is not the element (``a``,
+    ``b``), accumulator (``c``) or ``uint32`` (``e``) type: registers hold bits, nothing is
+    cast.
     """
     k = _warp_k(shape)
     _check_selector(shape, selector)
@@ -497,6 +517,20 @@ def mma_sp_warp(
         raise ValueError(f"mma_sp_warp emulates fp16/bf16 inputs only, got {dtype_kind!r}")
     accumulate = _check_accumulate(dtype_kind, accumulate)  # type: ignore[assignment]
     spec = format_spec(dtype_kind)
+    # Registers hold bits: a fragment of another type would be cast numerically below.
+    expected = {
+        "a": (spec.storage_dtype, (WARP_SIZE, k // 4), dtype_kind),
+        "b": (spec.storage_dtype, (WARP_SIZE, k // 4), dtype_kind),
+        "c": (np.dtype(_ACCUMULATOR_DTYPES[accumulate]), (WARP_SIZE, 4),
+              f"accumulate={accumulate!r}"),
+        "e": (np.dtype(np.uint32), (WARP_SIZE,), "the metadata register"),
+    }
+    for name, (dtype, shape_expected, rule) in expected.items():
+        array = np.asarray(getattr(fragments, name))
+        if array.dtype != dtype:
+            raise TypeError(f"fragments.{name} has dtype {array.dtype}; {rule} needs {dtype}")
+        if array.shape != shape_expected:
+            raise ValueError(f"fragments.{name} must have shape {shape_expected} for {shape}")
     where = fragment_coordinates(shape)
     a_tile = np.zeros((16, k // 2), dtype=spec.storage_dtype)
     a_tile[where["a"][..., 0], where["a"][..., 1]] = fragments.a
@@ -536,7 +570,17 @@ def metadata_register(
     stored = np.ascontiguousarray(stored_metadata)
     if stored.dtype.itemsize != 2 or stored.ndim != 2:
         raise ValueError("stored_metadata must be the 2-D int16 sm80 metadata of fp16/bf16")
-    rows = stored.shape[0]
+    rows, words = stored.shape
+    if rows % 32 or words % 2:
+        raise ValueError(
+            f"stored_metadata of shape {stored.shape} is not sm80 fp16/bf16 metadata: it needs "
+            "rows divisible by 32 and an even number of words per row"
+        )
+    if not (0 <= tile_row < rows // 16 and 0 <= tile_k < words // 2):
+        raise ValueError(
+            f"tile (tile_row={tile_row}, tile_k={tile_k}) is outside a {rows}-row matrix with "
+            f"{words // 2} k-tiles of 32 columns"
+        )
     if lane not in metadata_lanes("m16n8k32", selector):
         raise ValueError(f"lane {lane} carries no metadata with selector {selector}")
     row0 = 16 * tile_row

@@ -235,7 +235,9 @@ def layers_from_torch(module: Any, sample_input: Any) -> tuple[Layer, ...]:
     ImportError
         If torch is not installed.
     ValueError
-        If the module has no Linear/Conv layer, or the sample has no batch dimension.
+        If the module has no Linear/Conv layer, the sample has no batch dimension, or the
+        untraced work cannot be expressed per example (not divisible by the batch, or
+        negative); nothing is dropped silently.
     """
     import torch
     from torch.utils.flop_counter import FlopCounterMode
@@ -286,6 +288,21 @@ def layers_from_torch(module: Any, sample_input: Any) -> tuple[Layer, ...]:
         records[-1] = Layer(**{**records[-1].__dict__, "role": "head"})
     traced_macs = sum(layer.macs for layer in records) * batch
     other_macs = counter.get_total_flops() // 2 - traced_macs
-    if other_macs > 0 and other_macs % batch == 0:
+    if other_macs < 0:
+        raise ValueError(
+            f"the traced Linear/Conv layers count {traced_macs} MACs but torch's FlopCounterMode "
+            f"counts only {traced_macs + other_macs} for the whole forward; a hooked module does "
+            "not run the GEMM its shape implies, so its table would be wrong"
+        )
+    if other_macs % batch:
+        # Dropping the remainder would silently undercount; a fractional per-example count
+        # cannot be a Layer. Work that does not scale with the batch (a weight-only product)
+        # is the usual cause.
+        raise ValueError(
+            f"{other_macs} untraced MACs (matmuls outside nn.Linear/nn.Conv) are not divisible "
+            f"by batch={batch}: part of the forward does not scale with the batch; trace with "
+            "a sample of batch size 1"
+        )
+    if other_macs:
         records.append(Layer("untraced matmuls", "matmul", 1, 1, other_macs // batch, "other"))
     return tuple(records)

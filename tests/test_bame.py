@@ -638,9 +638,15 @@ def test_golden_vectors():
             learning_rate=float(data[f"{name}/learning_rate"]),
             velocity=data[f"{name}/velocity"],
         )
-        for key in ("mask", "weight", "velocity", "selected", "reduction"):
+        for key in ("mask", "weight", "velocity", "selected", "reduction", "candidates", "scores"):
             np.testing.assert_array_equal(
                 getattr(result, key), data[f"{name}/expected_{key}"], err_msg=f"{name}: {key}"
+            )
+        for f in fields(BameState):
+            np.testing.assert_array_equal(
+                getattr(result.state, f.name),
+                data[f"{name}/expected_state_{f.name}"],
+                err_msg=f"{name}: state.{f.name}",
             )
 
 
@@ -896,3 +902,24 @@ def test_a_regrown_weight_takes_exactly_the_lookahead_step():
     assert regrown.any()
     np.testing.assert_allclose(layer.weight[regrown], -0.1 * dense_grad[regrown], rtol=1e-12)
     assert (layer.velocity[~layer.mask & old_mask] == 0).all()  # pruned: momentum reset
+
+
+def test_score_arguments_are_validated():
+    """A negative or NaN look-ahead step or curvature would silently invert the ranking."""
+    weight, grad = np.array([[1.0, 1.0, 0.0, 0.0]]), np.array([[0.0, 0.5, 2.0, 0.0]])
+    mask, candidates = np.array([[True, True, False, False]]), np.array([[True]])
+    for name, value in (
+        ("curvature", -5.0),
+        ("curvature", math.inf),
+        ("lookahead_step", -1.0),
+        ("lookahead_step", math.nan),
+    ):
+        with pytest.raises(ValueError, match=name):
+            block_scores(weight, mask, grad, candidates, n=2, m=4, **{name: value})
+        with pytest.raises(ValueError, match=name):
+            keep_utility(weight, mask, grad, **{name: value})
+    with pytest.raises(ValueError, match="regrow_init='ones'"):
+        keep_utility(weight, mask, grad, regrow_init="ones")
+    # float64 is the scoring precision; a wider float would be rounded silently.
+    with pytest.raises(TypeError, match="weight must be a float16/32/64 array"):
+        block_scores(weight.astype(np.longdouble), mask, grad, candidates, n=2, m=4)

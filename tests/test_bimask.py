@@ -336,7 +336,8 @@ def test_kept_and_eligible_choose_different_candidates():
             for c in ("kept", "eligible")
         ]
         differ += results[0].best_index != results[1].best_index
-    assert differ >= 3
+    # 8 of 10 at the time of writing; the spec says "most", so more than half must differ.
+    assert differ > 5
 
 
 def test_expected_kept_fraction_matches_binomial_model():
@@ -628,7 +629,9 @@ def test_greedy_beats_random_search_on_gaussian_weights():
         bimask.greedy_permutation(weight, 2, 4, window=0, rng=1)
 
 
-@pytest.mark.parametrize("shape", [(0, 8), (8, 0), (0, 0), (0, 4, 3, 3)])
+@pytest.mark.parametrize(
+    "shape", [(0, 8), (8, 0), (0, 0), (0, 4, 3, 3), (4, 0, 3, 3), (4, 4, 0, 3)]
+)
 def test_zero_size_weights(shape):
     weight = np.zeros(shape)
     identity = np.arange(shape[0])
@@ -731,3 +734,85 @@ def test_gradient_gap_bounds_the_input_gradient_difference(case, batch):
 def test_gradient_gap_rejects_a_backward_mask_outside_the_forward_mask():
     with pytest.raises(ValueError, match="subset of forward_mask"):
         bimask.gradient_gap(np.ones((1, 2)), [[1, 0]], [[0, 1]])
+
+
+# ----------------------------------------------------------------------------
+# Backward tie rule against a plain-Python oracle (tie-heavy inputs)
+# ----------------------------------------------------------------------------
+
+
+def backward_mask_oracle(weight, forward, permutation, n, m, layout, rank):
+    """Spec section 3, one block at a time: rank by key, ties to the lower permuted position."""
+    magnitudes = np.abs(blocks_of(weight.astype(np.float64), layout))
+    survivors = blocks_of(forward, layout)
+    taps, out, width = magnitudes.shape
+    kept = np.zeros((taps, out, width), dtype=bool)
+    for t, b, c in itertools.product(range(taps), range(out // m), range(width)):
+        rows = [int(permutation[b * m + j]) for j in range(m)]  # permuted positions 0..m-1
+        if rank == "survivors":
+            # Survivors above every pruned entry, then by |w|.
+            keys = [
+                (0 if survivors[t, r, c] else 1, -magnitudes[t, r, c], j)
+                for j, r in enumerate(rows)
+            ]
+        else:
+            # The code's rule: |W * F| (pruned entries score 0), then intersect with F.
+            keys = [
+                (0, -(magnitudes[t, r, c] if survivors[t, r, c] else 0.0), j)
+                for j, r in enumerate(rows)
+            ]
+        for _, _, j in sorted(keys)[:n]:
+            kept[t, rows[j], c] = bool(survivors[t, rows[j], c])
+    matrix = kept.reshape(taps * out, width)
+    from nmref.layouts import from_reduction_matrix
+
+    return from_reduction_matrix(matrix, weight.shape, layout)
+
+
+@given(
+    st.one_of(bimask_cases(), bimask_cases(conv=True)),
+    st.sampled_from(["survivors", "masked_magnitude"]),
+)
+def test_backward_mask_equals_plain_oracle_on_tie_heavy_inputs(case, rank):
+    """The tie rule (lower permuted position wins) is pinned, not only the magnitudes."""
+    weight, n, m, permutation, layout = case
+    forward = bimask.forward_mask(weight, n, m, layout=layout)
+    np.testing.assert_array_equal(
+        bimask.backward_mask(weight, forward, permutation, n, m, layout=layout, rank=rank),
+        backward_mask_oracle(weight, forward, permutation, n, m, layout, rank),
+    )
+
+
+def test_backward_tie_rule_by_hand():
+    # One column, four equal survivors; pi = [3, 2, 1, 0]: permuted positions 0, 1 are rows 3, 2.
+    weight = np.ones((4, 1))
+    forward = np.ones((4, 1), dtype=bool)
+    backward = bimask.backward_mask(weight, forward, [3, 2, 1, 0], 2, 4)
+    np.testing.assert_array_equal(backward.ravel(), [0, 0, 1, 1])
+
+
+def test_explicit_float_candidates_are_rejected_not_truncated():
+    weight = np.random.default_rng(0).standard_normal((8, 8))
+    # [0.5, 1, ..., 7] is not a permutation; truncating it to [0, 1, ..., 7] would hide that.
+    with pytest.raises(TypeError, match="candidates must be integer permutations"):
+        bimask.search_permutation(weight, 2, 4, candidates=np.array([[0.5, 1, 2, 3, 4, 5, 6, 7]]))
+    with pytest.raises(TypeError, match="candidates must be integer permutations"):
+        bimask.search_permutation(weight, 2, 4, candidates=np.arange(8.0)[None, :])
+
+
+def test_gemm_and_gap_errors_describe_the_argument():
+    weight = np.ones((8, 8))
+    with pytest.raises(ValueError, match=r"inputs must have shape \(batch, 8\), got \(8,\)"):
+        bimask.bimask_linear_gemms(np.ones(8), weight, np.ones((1, 8)), np.arange(8), 2, 4)
+    with pytest.raises(ValueError, match=r"grad_output must have shape \(1, 8\), got \(8,\)"):
+        bimask.bimask_linear_gemms(np.ones((1, 8)), weight, np.ones(8), np.arange(8), 2, 4)
+    with pytest.raises(TypeError, match="inputs must be a float16/32/64"):
+        bimask.bimask_linear_gemms(
+            np.ones((1, 8), int), weight, np.ones((1, 8)), np.arange(8), 2, 4
+        )
+    with pytest.raises(ValueError, match=r"grad_output contains NaN \(first at index \(0, 3\)\)"):
+        dy = np.ones((1, 8))
+        dy[0, 3] = np.nan
+        bimask.bimask_linear_gemms(np.ones((1, 8)), weight, dy, np.arange(8), 2, 4)
+    with pytest.raises(ValueError, match=r"weight contains NaN \(first at index \(0, 1\)\)"):
+        bimask.gradient_gap(np.array([[1.0, np.nan]]), [[1, 1]], [[1, 1]])

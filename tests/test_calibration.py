@@ -40,6 +40,16 @@ def test_every_point_has_a_source_and_a_known_gpu() -> None:
             assert point.reason
 
 
+def test_only_read_sources_are_fitted_or_checked() -> None:
+    """hardware.md tags rows [R] (read in the source) or [M] (memory; must be checked first):
+    an [M] row may be kept for the record but never fitted, held out or used as a check."""
+    for point in load_points():
+        if point.role in ("train", "test", "check", "overhead"):
+            assert "[R]" in point.source and "[M]" not in point.source, point.id
+        if "[M]" in point.source:
+            assert point.role == "excluded", point.id
+
+
 def test_published_numbers_are_copied_faithfully() -> None:
     """Spot-check against hardware.md §3 rows 1-3 and 10."""
     by_id = {p.id: p for p in load_points()}
@@ -90,6 +100,12 @@ def test_compress_time_reproduces_the_measured_point() -> None:
     assert compress_time_s("a100-sxm4-80gb", 8 * 2**20) == pytest.approx(36e-6, rel=1e-4)
     # bandwidth scaling: H100 SXM has more bandwidth, so the pass is faster
     assert compress_time_s("h100-sxm", 8 * 2**20) < 36e-6
+
+
+def test_compress_time_rejects_impossible_sizes() -> None:
+    for size in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"weight_bytes=.* must be finite and >= 0"):
+            compress_time_s("a100", size)
 
 
 def test_fit_recovers_known_parameters_from_synthetic_measurements() -> None:

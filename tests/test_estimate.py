@@ -58,6 +58,17 @@ def test_inference_mode_times_only_the_forward() -> None:
     assert asp.gemm_s == e.gemm_s
 
 
+def test_batch_accepts_numpy_integers_and_rejects_other_types() -> None:
+    import numpy as np
+
+    plain = estimate_step("llama-mlp", "srste", "2:4", "a100", 8, "fp16")
+    numpy_int = estimate_step("llama-mlp", "srste", "2:4", "a100", np.int64(8), "fp16")
+    assert numpy_int.step_s == plain.step_s and numpy_int.batch == 8
+    for bad in (8.0, "8", True):
+        with pytest.raises(TypeError, match="must be a positive integer"):
+            estimate_step("llama-mlp", "srste", "2:4", "a100", bad, "fp16")  # type: ignore[arg-type]
+
+
 def test_first_layer_input_grad_is_skipped_when_asked() -> None:
     layers = (Layer("a", "linear", 256, 256, 64, "stem"), Layer("b", "linear", 256, 256, 64))
     counted = estimate_step(layers, "dense", "2:4", "a100", 8, "fp16")
@@ -131,3 +142,45 @@ def test_estimate_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["estimate", "--model", "deit-small", "--method", "srste", "--gpu", "l40s",
                  "--batch", "32", "--non-gemm-fraction", "0.4"]) == 0
     assert "non-GEMM share of the dense step assumed 40%" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- oracle
+def test_step_equals_the_gemms_and_passes_written_out() -> None:
+    """One linear layer, every term recomputed from gemm_time and compress_time_s directly.
+
+    Transposable masks are N:M both ways, so one prune + compress pass yields W and W^T (as
+    PyTorch's ``_sparse_semi_structured_tile`` does, and as the calibration point
+    a100-mlp-train-weight24 charges it: 16 MiB for two 8 MiB weights); Bi-Mask's separate
+    backward mask needs its own pass. SR-STE compresses W only.
+    """
+    from nmsim.calibration import compress_time_s
+    from nmsim.gemm import gemm_time
+
+    out, inp, tokens, batch = 512, 256, 64, 4
+    layer = (Layer("w", "linear", out, inp, tokens),)
+    rows = tokens * batch
+
+    def t(m: int, n: int, k: int, sparse: str | None = None, **kw: int) -> float:
+        return gemm_time("a100", m, n, k, dtype="fp16", sparse=sparse, **kw).time_s
+
+    forward = (out, rows, inp)
+    input_grad = (inp, rows, out)
+    weight_grad = (out, inp, rows)
+    dense = {"forward": t(*forward, b_elements=inp * rows),
+             "input_grad": t(*input_grad, c_elements=inp * rows),
+             "weight_grad": t(*weight_grad, b_elements=inp * rows)}
+    one_pass = compress_time_s("a100", out * inp * 2)
+    options = MethodOptions(keep_dense_roles=())
+    for method, sparse_gemms, passes in [("srste", ("forward",), 1),
+                                         ("transposable", ("forward", "input_grad"), 1),
+                                         ("bimask", ("forward", "input_grad"), 2)]:
+        e = estimate_step(layer, method, "2:4", "a100", batch, "fp16", options=options)
+        assert e.dense_per_gemm_s == pytest.approx(dense, rel=1e-12)
+        for gemm in ("forward", "input_grad", "weight_grad"):
+            shape = {"forward": forward, "input_grad": input_grad,
+                     "weight_grad": weight_grad}[gemm]
+            extra = ({"b_elements": inp * rows} if gemm != "input_grad"
+                     else {"c_elements": inp * rows})
+            expected = t(*shape, "2:4" if gemm in sparse_gemms else None, **extra)
+            assert e.per_gemm_s[gemm] == pytest.approx(expected, rel=1e-12), (method, gemm)
+        assert e.compress_s == pytest.approx(passes * one_pass, rel=1e-12), method

@@ -218,6 +218,8 @@ def test_phases_sum_to_one_and_asp_has_a_dense_phase() -> None:
     (lambda: MethodOptions(bame_window=1.5), "bame_window=1.5"),
     (lambda: MethodOptions(keep_dense_roles=("classifier",)), "'classifier' is not one of"),
     (lambda: training_flops("resnet50", "dense", epochs=0), "epochs=0"),
+    (lambda: training_flops("resnet50", "dense", epochs=math.nan), "epochs=nan"),
+    (lambda: training_flops("resnet50", "dense", examples=math.inf), "examples=inf"),
 ])
 def test_bad_input_is_named(call: object, match: str) -> None:
     with pytest.raises(ValueError, match=match):
@@ -279,3 +281,50 @@ def test_layers_from_torch_traces_convs_linears_and_the_rest() -> None:
     report = training_flops(layers, "srste", "2:4", options=MethodOptions(
         keep_dense_roles=("stem", "head", "other")), model_name="net")
     assert report.model == "net" and report.ratio < 1
+
+
+def test_layers_from_torch_never_drops_untraced_work_that_does_not_divide_by_the_batch() -> None:
+    """Regression: 105 weight-only MACs with batch 2 used to vanish from the table silently."""
+    torch = pytest.importorskip("torch")
+    from nmsim.models import layers_from_torch
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.left = torch.nn.Parameter(torch.ones(3, 5))
+            self.right = torch.nn.Parameter(torch.ones(5, 7))
+            self.proj = torch.nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            merged = self.left @ self.right  # (3, 7): independent of the batch
+            return self.proj(x) + merged.sum()
+
+    with pytest.raises(ValueError, match=r"105 untraced MACs .* not divisible by batch=2"):
+        layers_from_torch(Net(), torch.zeros(2, 8))
+    layers = layers_from_torch(Net(), torch.zeros(1, 8))
+    assert sum(layer.macs for layer in layers) == 8 * 4 + 105
+
+
+def test_bame_overhead_from_a_schedule_charges_what_nmref_bame_computes() -> None:
+    """dW density rho + p (1 - rho) with p from the schedule == nmref.bame's own fraction."""
+    from nmref.bame import BameConfig, weight_gradient_fraction
+    from nmsim.flops import bame_update_overhead
+
+    layers = model_layers("llama-mlp", tokens=8)
+    for n, m, steps, (t_i, t_f, interval), candidates in [
+        (2, 4, 6, (0, 4, 2), 1.0), (1, 4, 1140, (0, 855, 20), 1.0),
+        (1, 16, 1000, (10, 700, 7), 0.4), (2, 8, 50, (60, 90, 5), 1.0),  # no update step
+    ]:
+        config = BameConfig(n, m, t_i=t_i, t_f=t_f, update_interval=interval)
+        p = bame_update_overhead(steps, config, candidates)
+        expected = weight_gradient_fraction(steps, config, candidates)
+        (phase,) = method_phases("bame", f"{n}:{m}", MethodOptions(bame_update_overhead=p))
+        assert phase.densities.weight_grad == pytest.approx(expected, rel=1e-12)
+        report = training_flops(layers, "bame", f"{n}:{m}", options=MethodOptions(
+            keep_dense_roles=(), bame_update_overhead=p))
+        assert report.per_gemm_macs["weight_grad"] == pytest.approx(
+            expected * sum(layer.macs for layer in layers), rel=1e-12)
+    with pytest.raises(TypeError, match=r"must be an nmref\.bame\.BameConfig"):
+        bame_update_overhead(10, {"t_i": 0})
+    with pytest.raises(ValueError, match="total_steps=0"):
+        bame_update_overhead(0, BameConfig(2, 4))

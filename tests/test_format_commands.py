@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -109,3 +110,29 @@ def test_subcommands_are_registered(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--help"])
     text = capsys.readouterr().out
     assert "compress" in text and "inspect" in text
+
+
+def test_inspect_rejects_inconsistent_files_and_negative_counts(
+    pruned: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression: values with half the rows of the metadata reshaped 'successfully' and
+    printed a wrong histogram; negative --rows printed a 'first -1 rows' header."""
+    out = tmp_path / "out.npz"
+    assert main(["compress", str(pruned), "--dtype", "fp16", "-o", str(out)]) == 0
+    good = dict(np.load(out))
+    cases = {
+        "values": ({**good, "values": good["values"][:16]}, r"values have shape \(16, 32\)"),
+        "shape": ({**good, "shape": np.array([32, 128])}, r"values have shape \(32, 32\)"),
+        "metadata": ({**good, "metadata": good["metadata"][:, :2]},
+                     r"metadata has shape \(32, 2\)"),
+        "dtype": ({**good, "values": good["values"].astype(np.float32)}, "values have dtype"),
+    }
+    for name, (arrays, message) in cases.items():
+        broken = tmp_path / f"{name}.npz"
+        np.savez(broken, **arrays)
+        capsys.readouterr()
+        assert main(["inspect", str(broken)]) == 2, name
+        assert re.search(message, capsys.readouterr().err), name
+    for flag in ("--rows", "--groups"):
+        assert main(["inspect", str(out), flag, "-1"]) == 2
+        assert f"{flag}=-1 must be >= 0" in capsys.readouterr().err

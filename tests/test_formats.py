@@ -8,6 +8,7 @@ from __future__ import annotations
 import doctest
 import itertools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -439,18 +440,22 @@ def test_wrong_dtype_is_a_type_error(kind: str, array: np.ndarray) -> None:
         compress_2to4(array, dtype_kind=kind)
 
 
-def test_bad_arguments() -> None:
+@pytest.mark.parametrize("compress", [compress_2to4, compress_2to4_reference],
+                         ids=["vectorised", "reference"])
+def test_bad_arguments(compress: Any) -> None:
+    """Both implementations reject the same bad options (the reference used to accept any
+    ``overfull`` string as 'drop' and raise KeyError for an unknown encoding)."""
     dense = np.zeros((32, 32), dtype=np.float16)
     with pytest.raises(ValueError, match="dtype_kind must be one of"):
-        compress_2to4(dense, dtype_kind="fp8")  # type: ignore[arg-type]
+        compress(dense, dtype_kind="fp8")
     with pytest.raises(ValueError, match="layout must be one of"):
-        compress_2to4(dense, dtype_kind="fp16", layout="sm90")  # type: ignore[arg-type]
+        compress(dense, dtype_kind="fp16", layout="sm90")
     with pytest.raises(ValueError, match="overfull must be one of"):
-        compress_2to4(dense, dtype_kind="fp16", overfull="keep")  # type: ignore[arg-type]
+        compress(dense, dtype_kind="fp16", overfull="keep")
     with pytest.raises(ValueError, match="nibble_table must be one of"):
-        compress_2to4(dense, dtype_kind="fp16", encoding="torch-1.0")
+        compress(dense, dtype_kind="fp16", encoding="torch-1.0")
     with pytest.raises(ValueError, match="must be 2-D"):
-        compress_2to4(np.zeros((2, 32, 32), dtype=np.float16), dtype_kind="fp16")
+        compress(np.zeros((2, 32, 32), dtype=np.float16), dtype_kind="fp16")
 
 
 @pytest.mark.parametrize("nibble", [0x0, 0x5, 0xA, 0xF])

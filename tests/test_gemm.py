@@ -6,6 +6,7 @@ import itertools
 import json
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,6 +19,7 @@ from nmsim.gemm import (
     hardware_compatible,
     max_kept_per_hardware_group,
 )
+from nmsim.hardware import get_gpu, gpu_names
 
 GPUS = ("a100-sxm4-80gb", "h100-sxm", "l40s", "rtx-4090", "b200", "a10")
 TWO_FOUR, ONE_TWO = Pattern(2, 4), Pattern(1, 2)
@@ -145,17 +147,21 @@ def test_more_work_is_never_faster(m: int, n: int, k: int, dm: int, dn: int, dk:
 
 @given(efficiency=st.floats(0.3, 1.0), sparse_ratio=st.floats(0.2, 1.0),
        memory=st.floats(0.3, 1.0), memory_ratio=st.floats(0.1, 1.0),
+       balanced=st.sampled_from([1.0, 16.0, 64.0, 256.0]), gpu=st.sampled_from(GPUS),
        shape=st.tuples(sizes, sizes, reduction))
 def test_two_x_bound_holds_for_any_valid_parameters(efficiency: float, sparse_ratio: float,
                                                      memory: float, memory_ratio: float,
+                                                     balanced: float, gpu: str,
                                                      shape: tuple[int, int, int]) -> None:
     params = GemmParameters(dense_compute_efficiency=efficiency,
                             sparse_compute_efficiency=efficiency * sparse_ratio,
                             dense_memory_efficiency=memory,
-                            sparse_memory_efficiency=memory * memory_ratio)
-    dense = gemm_time("a100", *shape, dtype="fp16", parameters=params)
-    sparse = gemm_time("a100", *shape, dtype="fp16", sparse="2:4", parameters=params)
+                            sparse_memory_efficiency=memory * memory_ratio,
+                            balanced_tile_intensity=balanced)
+    dense = gemm_time(gpu, *shape, dtype="fp16", parameters=params)
+    sparse = gemm_time(gpu, *shape, dtype="fp16", sparse="2:4", parameters=params)
     assert sparse.time_s >= dense.time_s / 2
+    assert sparse.compute_time_s >= dense.compute_time_s / 2
 
 
 # --------------------------------------------------------------------------- shape classes
@@ -246,8 +252,6 @@ def test_default_parameters_are_the_calibrated_ones() -> None:
 def hand_computed_time(gpu_key: str, m: int, n: int, k: int, sparse: bool,
                        tile: tuple[int, int], split: int, params: GemmParameters) -> float:
     """The formula of specs/gemm_model.md §3-4 written out for one configuration, fp16."""
-    from nmsim.hardware import get_gpu
-
     gpu = get_gpu(gpu_key)
     peak = gpu.peak("fp16")
     sms = int(gpu.sms.value)
@@ -257,7 +261,8 @@ def hand_computed_time(gpu_key: str, m: int, n: int, k: int, sparse: bool,
     a_eff = params.sparse_memory_efficiency if sparse else params.dense_memory_efficiency
     memory = a_bytes / (bandwidth * a_eff) + other_bytes / (bandwidth
                                                             * params.dense_memory_efficiency)
-    per_sm = (peak.sparse_tflops if sparse else peak.dense_tflops) * 1e12 / sms
+    sparse_peak = min(peak.sparse_tflops, 2 * peak.dense_tflops)  # the hardware's 2x
+    per_sm = (sparse_peak if sparse else peak.dense_tflops) * 1e12 / sms
     efficiency = params.sparse_compute_efficiency if sparse else params.dense_compute_efficiency
     stored = 0.5625 if sparse else 1.0
     feed = min(1.0, tile[0] * tile[1] / (stored * tile[0] + tile[1])
@@ -293,3 +298,37 @@ def test_docstring_examples_hold() -> None:
     for module in (nmsim.gemm, nmsim.hardware, nmsim.flops, nmsim.models):
         result = doctest.testmod(module)
         assert result.failed == 0 and result.attempted > 0, module.__name__
+
+
+@pytest.mark.parametrize(("gemm_dtype", "format_kind"), [("fp16", "fp16"), ("bf16", "bf16"),
+                                                          ("int8", "int8"), ("tf32", "fp32")])
+def test_metadata_bits_agree_with_the_bit_exact_format(gemm_dtype: str, format_kind: str) -> None:
+    """hardware.md §2 tags the metadata cost [M, derived]; nmsim.formats reproduces PyTorch's
+    converter bit for bit, so its word sizes pin the bits per kept value independently."""
+    from nmsim.formats import compress_2to4, format_spec
+    from nmsim.gemm import metadata_bits_per_kept
+
+    spec = format_spec(format_kind)
+    kept_per_word = spec.dense_columns_per_word * spec.kept_per_group // spec.group_size
+    bits = 8 * spec.metadata_dtype.itemsize / kept_per_word
+    assert metadata_bits_per_kept(gemm_dtype) == bits
+    dense = np.zeros((spec.row_multiple, spec.column_multiple), dtype=spec.storage_dtype)
+    values, metadata = compress_2to4(dense, dtype_kind=format_kind)  # type: ignore[arg-type]
+    assert metadata.nbytes * 8 == values.size * bits
+
+
+@pytest.mark.parametrize("gpu", gpu_names())
+def test_sparse_compute_is_at_most_twice_dense_on_every_part_and_dtype(gpu: str) -> None:
+    """Regression: vendor tables round independently (L40S 362 / 733, H100 989.4 / 1978.9),
+    so the raw sparse peak is up to 2.025x the dense one; with equal efficiencies and a
+    fully fed tile the sparse compute term beat half the dense one. Issue 5: never."""
+    params = GemmParameters(dense_compute_efficiency=0.7, sparse_compute_efficiency=0.7,
+                            balanced_tile_intensity=1.0, tiles=((128, 128),), split_k=(1,))
+    for peak in get_gpu(gpu).peaks:
+        pattern = "1:2" if peak.input == "tf32" else "2:4"
+        kwargs = {"dtype": peak.input, "accumulate": peak.accumulate, "parameters": params}
+        dense = gemm_time(gpu, 8192, 8192, 8192, **kwargs)  # type: ignore[arg-type]
+        sparse = gemm_time(gpu, 8192, 8192, 8192, sparse=pattern, **kwargs)  # type: ignore[arg-type]
+        assert sparse.compute_time_s >= dense.compute_time_s / 2, (peak.input, peak.accumulate)
+        assert sparse.peak_tflops <= 2 * dense.peak_tflops
+        assert sparse.peak_tflops <= peak.sparse_tflops

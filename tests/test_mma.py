@@ -364,6 +364,17 @@ def test_metadata_register_rejects_lanes_without_metadata() -> None:
         metadata_register(stored, tile_row=0, tile_k=0, lane=2)
 
 
+def test_metadata_register_rejects_tiles_outside_the_matrix() -> None:
+    """Regression: tile_row=-1 wrapped around through a negative index and returned another
+    tile's word; tile_k past the end raised a bare IndexError."""
+    stored = np.zeros((32, 2), dtype=np.int16)
+    for tile_row, tile_k in [(-1, 0), (2, 0), (0, -1), (0, 1)]:
+        with pytest.raises(ValueError, match=r"tile \(tile_row=.*\) is outside"):
+            metadata_register(stored, tile_row=tile_row, tile_k=tile_k, lane=0)
+    with pytest.raises(ValueError, match="rows divisible by 32 and an even number of words"):
+        metadata_register(np.zeros((16, 2), dtype=np.int16), tile_row=0, tile_k=0, lane=0)
+
+
 @pytest.mark.parametrize("kind", ["fp16", "bf16"])
 def test_tiled_equals_whole_matrix_on_integers(kind: str) -> None:
     rng = np.random.default_rng(10)
@@ -431,3 +442,39 @@ def test_pipeline_from_nmref_mask() -> None:
     np.testing.assert_array_equal(
         mma_sp(values, metadata, activations), expected.astype(np.float32)
     )
+
+
+def test_options_that_do_not_apply_are_rejected_not_ignored() -> None:
+    """Regression: a misspelt tf32_inputs with fp16 values, or saturate=True with a float
+    accumulator, used to be accepted and silently ignored."""
+    a = np.zeros((32, 32), dtype=np.float16)
+    values, metadata = compress_2to4(a, dtype_kind="fp16")
+    b = np.zeros((32, 8), dtype=np.float16)
+    with pytest.raises(ValueError, match="tf32_inputs must be one of"):
+        mma_sp(values, metadata, b, tf32_inputs="rnd")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="tf32_inputs must be one of"):
+        accumulation_error_bound(values, metadata, b, tf32_inputs="rnd")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="saturate=True applies to int32 accumulation only"):
+        mma_sp(values, metadata, b, saturate=True)
+    with pytest.raises(TypeError, match="saturate=1 must be a bool"):
+        mma_sp(values, metadata, b, saturate=1)  # type: ignore[arg-type]
+
+
+def test_warp_fragments_of_another_type_are_rejected_not_cast() -> None:
+    """Regression: bf16 bit patterns (uint16) handed to mma_sp_warp as fp16 were cast
+    numerically (0x3F80 became 16256.0) and multiplied without complaint."""
+    one_bf16 = np.full((16, 16), 0x3F80, dtype=np.uint16)  # 1.0 in bf16
+    words = pack_nibbles(np.full((16, 8), 0x4, np.uint8), "bf16")
+    fragments = load_warp_fragments(
+        one_bf16, words, np.full((32, 8), 0x3F80, np.uint16), np.zeros((16, 8), np.float32),
+        shape="m16n8k32",
+    )  # fmt: skip
+    assert mma_sp_warp(fragments, shape="m16n8k32", dtype_kind="bf16")[0, 0] == 16.0
+    with pytest.raises(TypeError, match=r"fragments\.a has dtype uint16; fp16 needs float16"):
+        mma_sp_warp(fragments, shape="m16n8k32", dtype_kind="fp16")
+    with pytest.raises(TypeError, match=r"fragments\.c has dtype float32; accumulate='fp16'"):
+        mma_sp_warp(
+            WarpFragments(a=fragments.a.view(np.float16), b=fragments.b.view(np.float16),
+                          c=fragments.c, e=fragments.e),
+            shape="m16n8k32", dtype_kind="fp16", accumulate="fp16",
+        )  # fmt: skip

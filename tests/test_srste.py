@@ -238,3 +238,20 @@ def test_flat_layout_is_the_codes_original_sparse_grouping(shape):
     mask = _keep_largest_rows(weight.reshape(-1, 4), 2).reshape(shape)
     layout = "linear" if len(shape) == 2 else "flat"
     np.testing.assert_array_equal(magnitude_mask(weight, 2, 4, layout=layout), mask)
+
+
+def test_srste_step_rejects_straddling_rows_nan_and_non_float_weights():
+    """specs/srste.md D2 and section 2: no silent straddle; NaN and integer weights raise."""
+    with pytest.raises(ValueError, match="multiple of m=4"):
+        srste.srste_step(np.ones((4, 6)), np.zeros_like, 2, 4, lr=0.1)
+    with pytest.raises(ValueError, match="multiple of m=4"):
+        # The code's flattened Sparse would straddle these 3x3x3 = 27-long rows.
+        srste.srste_step(np.ones((4, 3, 3, 3)), np.zeros_like, 2, 4, lr=0.1, layout="flat")
+    weight = np.ones((4, 8))
+    weight[2, 5] = np.nan
+    with pytest.raises(ValueError, match=r"weight contains NaN \(first at index \(2, 5\)\)"):
+        srste.srste_step(weight, np.zeros_like, 2, 4, lr=0.1)
+    with pytest.raises(TypeError, match="weight must be a float16/32/64"):
+        srste.srste_step(np.ones((4, 8), dtype=np.int32), np.zeros_like, 2, 4, lr=0.1)
+    with pytest.raises(ValueError, match="grad_wrt_sparse_weight contains NaN"):
+        srste.srste_step(np.ones((4, 8)), lambda s: np.full_like(s, np.nan), 2, 4, lr=0.1)

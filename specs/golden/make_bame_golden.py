@@ -81,8 +81,11 @@ def main() -> None:
             arrays[f"{name}/{key}"] = value
         for f in fields(BameState):
             arrays[f"{name}/state_{f.name}"] = np.asarray(getattr(state, f.name))
-        for key in ("mask", "weight", "velocity", "selected", "reduction"):
+        for key in ("mask", "weight", "velocity", "selected", "reduction", "candidates", "scores"):
             arrays[f"{name}/expected_{key}"] = getattr(result, key)
+        # The counters after the update are outputs too (oscillation rule, spec 3.3).
+        for f in fields(BameState):
+            arrays[f"{name}/expected_state_{f.name}"] = np.asarray(getattr(result.state, f.name))
         print(name, "blocks changed:", int(result.selected.sum()), "budget:", result.budget)
     np.savez_compressed(Path(__file__).with_name("bame_evolve.npz"), **arrays)
 

@@ -2,8 +2,9 @@
 
 The file stores the **input arrays** of each case (never seeds) and the outputs
 of :mod:`nmref.bimask` at the time they were pinned; ``tests/test_bimask.py``
-checks that the code still produces them. Case ``hand`` is the worked example
-of ``specs/bimask.md`` (checkable by hand).
+checks that the code still produces them. Case ``ties_2of4`` is tie-heavy
+(small integers); the worked example of ``specs/bimask.md`` is checked by hand
+in ``tests/test_bimask.py::test_backward_mask_small_example_by_hand``.
 """
 
 from __future__ import annotations
