@@ -544,3 +544,35 @@ def test_transposable_numbers_equal_the_installed_library():
         assert entry["methods"]["transposable"]["density"] == 0.5
         checked += 1
     assert checked == 2
+
+
+def test_worker_tasks_pickle_for_spawned_processes():
+    import pickle
+
+    from nmsim.report import Source
+
+    settings = ReportSettings().validated()
+    info = next(iter(Source("zoo", "llama-mlp").entries()))
+    task = (Source("zoo", "llama-mlp"), info, settings, ("1d",), ())
+    assert pickle.loads(pickle.dumps(task)) == task
+
+
+def test_training_script_builds_the_shipped_architecture(monkeypatch):
+    import importlib.util
+
+    from safetensors import safe_open
+
+    from nmref.checkpoints import list_tensors
+
+    spec = importlib.util.spec_from_file_location("train_digits", ROOT / "scripts/train_digits.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "EPOCHS", 1)
+    params, metadata = script.train()
+    shipped = {i.name: i.shape for i in list_tensors(default_checkpoint_path())}
+    assert {name: value.shape for name, value in params.items()} == shipped
+    assert all(v.dtype == np.float32 for v in params.values())
+    with safe_open(str(default_checkpoint_path()), framework="np") as handle:
+        stored = handle.metadata()
+    assert set(metadata) == set(stored) and stored["seed"] == str(script.SEED)
+    assert float(metadata["test_accuracy"]) > 0.5  # one epoch already learns something
