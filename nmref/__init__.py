@@ -24,6 +24,7 @@ from nmref.divergence import (
     mask_transitions,
     sparse_architecture_divergence,
 )
+from nmref.diversity import count_transposable_patterns, mask_diversity
 from nmref.layouts import (
     LAYOUTS,
     default_layout,
@@ -41,6 +42,17 @@ from nmref.masks import (
 )
 from nmref.patterns import Pattern, check_pattern, parse_pattern
 from nmref.srste import sgd_step, srste_gradient, srste_step, srste_train
+from nmref.transposable import (
+    is_transposable,
+    optimality_gap,
+    transposable_certificate,
+    transposable_mask,
+    transposable_mask_reference,
+    transposable_optimum,
+    transposable_patterns,
+    transposable_weight_mask,
+    verify_certificate,
+)
 
 try:
     __version__ = version("nm-sparsity-ref")
@@ -55,18 +67,22 @@ __all__ = [
     "__version__",
     "block_scores",
     "check_pattern",
+    "count_transposable_patterns",
     "default_layout",
     "evolve_mask",
     "evolve_mask_reference",
     "flip_rate",
     "from_reduction_matrix",
     "is_nm",
+    "is_transposable",
     "magnitude_mask",
+    "mask_diversity",
     "mask_flips",
     "mask_transitions",
     "nm_mask",
     "nm_mask_reference",
     "nm_violations",
+    "optimality_gap",
     "parse_pattern",
     "select_blocks",
     "sgd_step",
@@ -77,4 +93,11 @@ __all__ = [
     "to_magnitudes",
     "to_reduction_matrix",
     "to_reduction_shape",
+    "transposable_certificate",
+    "transposable_mask",
+    "transposable_mask_reference",
+    "transposable_optimum",
+    "transposable_patterns",
+    "transposable_weight_mask",
+    "verify_certificate",
 ]

@@ -1,0 +1,257 @@
+"""Benchmark: exact transposable N:M masks, nmref against the solvers people use.
+
+Run from the repository root::
+
+    PYTHONPATH=. python benchmarks/bench_transposable.py            # 1024x1024
+    PYTHONPATH=. python benchmarks/bench_transposable.py --sizes 1024 4096
+
+For each size and pattern (2:4, 4:8, 8:16) on a float32 N(0,1) matrix scored by
+|w| it times, in the same run:
+
+* nmref ``exact`` (one thread and Numba's threads), ``greedy``,
+  ``greedy-prune`` and ``brute`` (2:4);
+* peers: OR-Tools ``SimpleMinCostFlow`` with every tile in one graph, SciPy
+  ``linprog(method="highs")`` batched (block-diagonal LPs of 1024 tiles),
+  networkx ``min_cost_flow`` per tile (as the authors' code does), and for 2:4
+  a NumPy 90-pattern matmul + argmax (apex/Hu et al. style).
+
+Slow peers run on a prefix of the tiles that fits ``--peer-budget`` seconds
+and are extrapolated linearly (marked ``~``). Every peer's objective is
+checked against nmref's on the tiles it solved. Times are medians of
+``--repeats`` runs; Numba compile time is reported separately (first call
+minus median). Ratios are peer time / nmref exact time (one thread): above 1
+means nmref is faster.
+"""
+
+from __future__ import annotations
+
+import os
+
+# One BLAS thread, so that the NumPy peer runs on one core like nmref's serial
+# kernels (the issue's targets are per core). Set BENCH_BLAS_THREADS to change.
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, os.environ.get("BENCH_BLAS_THREADS", "1"))
+
+import argparse  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from nmref.transposable import transposable_mask, transposable_patterns  # noqa: E402
+
+
+def median_time(function: Callable[[], object], repeats: int) -> tuple[float, float]:
+    """(first call, median of the next ``repeats`` calls) in seconds."""
+    start = time.perf_counter()
+    function()
+    first = time.perf_counter() - start
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return first, float(np.median(times))
+
+
+def tiles_of(scores: np.ndarray, m: int) -> np.ndarray:
+    rows, columns = scores.shape
+    return scores.reshape(rows // m, m, columns // m, m).transpose(0, 2, 1, 3).reshape(-1, m, m)
+
+
+def kept_per_tile(scores: np.ndarray, mask: np.ndarray, m: int) -> np.ndarray:
+    return tiles_of(np.where(mask, scores.astype(np.float64), 0.0), m).sum(axis=(1, 2))
+
+
+# ----------------------------------------------------------------------------
+# Peers. Each solves the first ``count`` tiles and returns their kept sums.
+# ----------------------------------------------------------------------------
+
+
+def integer_costs(tiles: np.ndarray) -> np.ndarray:
+    # Relative scale 2**40 / max (research notes Sec. 9): a fixed x1e6 would
+    # create artificial ties on small weights.
+    scale = 2.0**40 / max(float(tiles.max()), 1e-300)
+    return np.rint(tiles.astype(np.float64) * scale).astype(np.int64)
+
+
+def ortools_peer(tiles: np.ndarray, n: int) -> np.ndarray:
+    from ortools.graph.python import min_cost_flow
+
+    count, m, _ = tiles.shape
+    costs = integer_costs(tiles)
+    solver = min_cost_flow.SimpleMinCostFlow()
+    tile_index = np.repeat(np.arange(count), m * m)
+    row = np.tile(np.repeat(np.arange(m), m), count)
+    column = np.tile(np.tile(np.arange(m), m), count)
+    tails = tile_index * 2 * m + row
+    heads = tile_index * 2 * m + m + column
+    arcs = solver.add_arcs_with_capacity_and_unit_cost(
+        tails, heads, np.ones(tails.size, dtype=np.int64), -costs.ravel()
+    )
+    supplies = np.tile(np.concatenate([np.full(m, n), np.full(m, -n)]), count)
+    solver.set_nodes_supplies(np.arange(2 * m * count), supplies)
+    status = solver.solve()
+    assert status == solver.OPTIMAL, status
+    flows = solver.flows(arcs).reshape(count, m, m).astype(bool)
+    return np.where(flows, tiles.astype(np.float64), 0).sum(axis=(1, 2))
+
+
+def highs_peer(tiles: np.ndarray, n: int, batch: int = 1024) -> np.ndarray:
+    from scipy.optimize import linprog
+    from scipy.sparse import block_diag, csr_matrix, vstack
+
+    count, m, _ = tiles.shape
+    rows = csr_matrix(np.kron(np.eye(m), np.ones(m)))
+    columns = csr_matrix(np.kron(np.ones(m), np.eye(m)))
+    one = vstack([rows, columns])
+    result = []
+    for start in range(0, count, batch):
+        chunk = tiles[start : start + batch]
+        k = len(chunk)
+        solution = linprog(
+            -chunk.astype(np.float64).ravel(),
+            A_eq=block_diag([one] * k, format="csr"),
+            b_eq=np.full(2 * m * k, n),
+            bounds=(0, 1),
+            method="highs-ds",
+        )
+        assert solution.status == 0
+        kept = np.rint(solution.x).reshape(k, m, m)
+        result.append((kept * chunk).sum(axis=(1, 2)))
+    return np.concatenate(result)
+
+
+def networkx_peer(tiles: np.ndarray, n: int) -> np.ndarray:
+    import networkx as nx
+
+    count, m, _ = tiles.shape
+    costs = integer_costs(tiles)
+    result = np.empty(count)
+    for t in range(count):
+        graph = nx.DiGraph()
+        for i in range(m):
+            graph.add_node(i, demand=-n)
+            graph.add_node(m + i, demand=n)
+        for i in range(m):
+            for j in range(m):
+                graph.add_edge(i, m + j, weight=-int(costs[t, i, j]), capacity=1)
+        flows = nx.min_cost_flow(graph)
+        result[t] = sum(
+            float(tiles[t, i, j]) for i in range(m) for j in range(m) if flows[i][m + j]
+        )
+    return result
+
+
+def numpy_patterns_peer(tiles: np.ndarray, n: int) -> np.ndarray:
+    m = tiles.shape[1]
+    patterns = transposable_patterns(n, m).reshape(-1, m * m).astype(np.float32)
+    flat = tiles.reshape(len(tiles), m * m)
+    best = np.argmax(flat @ patterns.T, axis=1)
+    return (flat.astype(np.float64) * patterns[best]).sum(axis=1)
+
+
+PEERS: dict[str, Callable[[np.ndarray, int], np.ndarray]] = {
+    "OR-Tools SimpleMinCostFlow (one graph)": ortools_peer,
+    "SciPy HiGHS (batched LP)": highs_peer,
+    "networkx min_cost_flow (per tile)": networkx_peer,
+    "NumPy 90-pattern matmul+argmax": numpy_patterns_peer,
+}
+
+
+def run_peer(name, peer, tiles, n, budget, repeats, reference):
+    """Time a peer on a prefix of tiles that fits the budget; extrapolate to all."""
+    total = len(tiles)
+    count = min(total, 256)
+    while True:
+        start = time.perf_counter()
+        kept = peer(tiles[:count], n)
+        elapsed = time.perf_counter() - start
+        # Grow the prefix until it is all tiles or long enough to time well.
+        if count == total or elapsed * 4 > budget / 4:
+            break
+        count = min(total, count * 4)
+    if count == total and elapsed * repeats < budget:
+        _, elapsed = median_time(lambda: peer(tiles, n), repeats)
+    seconds = elapsed * total / count
+    # Integer-scaled peers may return another optimal mask among near-ties; the
+    # objective must agree to the scaling resolution.
+    error = float(np.max(np.abs(kept - reference[:count]) / np.maximum(1.0, reference[:count])))
+    return seconds, count < total, count, error
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1024])
+    parser.add_argument("--patterns", nargs="+", default=["2:4", "4:8", "8:16"])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--peer-budget", type=float, default=20.0, help="seconds per slow peer")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--skip-peers", nargs="*", default=[])
+    args = parser.parse_args()
+
+    # A fresh Numba cache, so the first call measures a cold compile.
+    os.environ.setdefault("NUMBA_CACHE_DIR", tempfile.mkdtemp(prefix="bench-numba-"))
+    import numba
+
+    print(
+        f"numba {numba.__version__}, numpy {np.__version__}, {os.cpu_count()} CPUs, "
+        f"BLAS threads {os.environ['OPENBLAS_NUM_THREADS']}"
+    )
+    rng = np.random.default_rng(0)
+    for size in args.sizes:
+        scores = np.abs(rng.standard_normal((size, size)).astype(np.float32))
+        for text in args.patterns:
+            n, m = (int(x) for x in text.split(":"))
+            bench_case(scores, n, m, args)
+
+
+def bench_case(scores: np.ndarray, n: int, m: int, args: argparse.Namespace) -> None:
+    import numba
+
+    tiles = tiles_of(scores, m)
+    total = len(tiles)
+    rows = []
+    compile_exact, exact = median_time(lambda: transposable_mask(scores, n, m), args.repeats)
+    numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
+    compile_parallel, parallel = median_time(
+        lambda: transposable_mask(scores, n, m, parallel=True), args.repeats
+    )
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    rows.append(("nmref exact (1 thread)", exact, False, 0.0))
+    rows.append((f"nmref exact ({args.threads} threads, parallel=True)", parallel, False, 0.0))
+    for method in ("greedy", "greedy-prune") + (("brute",) if m <= 4 else ()):
+        _, seconds = median_time(
+            lambda method=method: transposable_mask(scores, n, m, method=method), args.repeats
+        )
+        rows.append((f"nmref {method}", seconds, False, 0.0))
+    reference = kept_per_tile(scores, transposable_mask(scores, n, m), m)
+    for name, peer in PEERS.items():
+        if name in args.skip_peers or ("90-pattern" in name and (n, m) != (2, 4)):
+            continue
+        seconds, extrapolated, count, error = run_peer(
+            name, peer, tiles, n, args.peer_budget, args.repeats, reference
+        )
+        label = name + (f" [{count} tiles]" if extrapolated else "")
+        rows.append((label, seconds, extrapolated, error))
+    size = f"{scores.shape[0]}x{scores.shape[1]}"
+    print(
+        f"\n{size} float32 |N(0,1)|, {n}:{m}: {total} tiles; "
+        f"Numba compile (cold cache): exact {compile_exact - exact:.2f} s, "
+        f"parallel {compile_parallel - parallel:.2f} s"
+    )
+    print(
+        f"{'method':58s} {'seconds':>10s} {'tiles/s':>12s} {'peer/exact':>11s}"
+        f" {'max rel obj err':>16s}"
+    )
+    for name, seconds, extrapolated, error in rows:
+        mark = "~" if extrapolated else " "
+        print(
+            f"{name:58s} {mark}{seconds:9.4f} {total / seconds:12.0f} "
+            f"{seconds / exact:11.2f} {error:16.1e}"
+        )
+
+
+if __name__ == "__main__":
+    main()

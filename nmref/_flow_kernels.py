@@ -1,0 +1,893 @@
+"""Numba kernels for transposable N:M masks (exact, brute force and greedy).
+
+The fast twin of :mod:`nmref.flow` and of the brute-force / greedy references
+in :mod:`nmref.transposable`; tested to return identical masks. Every jitted
+callee lives in this file, so ``cache=True`` cannot serve a stale kernel. No
+``fastmath``; ``parallel`` only in the ``*_parallel`` drivers, whose tiles are
+independent (each thread runs the same per-tile code, so the result does not
+depend on the thread count; tested).
+
+Exact arithmetic
+----------------
+Every tile is first mapped to **exact int64 units**: with ``e`` the exponent
+of the lowest significand bit over the tile's nonzero scores (float64
+significands are stripped of trailing zeros first), ``unit = score * 2**-e``
+is an integer. When the largest unit needs more than :func:`max_unit_bits`
+bits, or a potential would leave ``POTENTIAL_LIMIT``, the tile is reported back
+(status 1) and solved by the Python-int reference instead, so no answer ever
+depends on rounding or overflow.
+
+Tile status codes: 0 solved here; 1 dynamic range too wide for int64 (solve
+exactly in Python); 2 NaN or infinity in the tile (the caller raises).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+SOLVED = 0
+TOO_WIDE = 1
+NOT_FINITE = 2
+
+# Potentials beyond this make a tile fall back to Python (see _ssp_tile).
+POTENTIAL_LIMIT = np.int64(1) << np.int64(58)
+
+
+def max_unit_bits(m: int) -> int:
+    """Largest unit bit length accepted by the kernels: ``max|unit| < 2**62 / (16 m^2)``.
+
+    Sums of up to ``2 m^2`` units (kept sums, path costs) then stay far below
+    2**63. Potentials are additionally guarded at run time (``POTENTIAL_LIMIT``
+    in :func:`_ssp_tile`), so int64 overflow cannot happen silently.
+    """
+    return 62 - (4 + 2 * max(1, (m - 1).bit_length()))
+
+
+# ----------------------------------------------------------------------------
+# Loading a tile as exact integers
+# ----------------------------------------------------------------------------
+
+# De Bruijn table for counting trailing zeros of a 64-bit power of two.
+_DE_BRUIJN = np.uint64(0x03F79D71B4CB0A89)
+_DE_BRUIJN_TABLE = np.array(
+    [
+        0,
+        1,
+        48,
+        2,
+        57,
+        49,
+        28,
+        3,
+        61,
+        58,
+        50,
+        42,
+        38,
+        29,
+        17,
+        4,
+        62,
+        55,
+        59,
+        36,
+        53,
+        51,
+        43,
+        22,
+        45,
+        39,
+        33,
+        30,
+        24,
+        18,
+        12,
+        5,
+        63,
+        47,
+        56,
+        27,
+        60,
+        41,
+        37,
+        16,
+        54,
+        35,
+        52,
+        21,
+        44,
+        32,
+        23,
+        11,
+        46,
+        26,
+        40,
+        15,
+        34,
+        20,
+        31,
+        10,
+        25,
+        14,
+        19,
+        9,
+        13,
+        8,
+        7,
+        6,
+    ],
+    dtype=np.int64,
+)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _trailing_zeros(x):  # pragma: no cover - compiled
+    """Number of trailing zero bits of a nonzero uint64."""
+    lowest = x & (~x + np.uint64(1))
+    return _DE_BRUIJN_TABLE[(lowest * _DE_BRUIJN) >> np.uint64(58)]
+
+
+@numba.njit(cache=True, nogil=True)
+def _load_tile(
+    bits, r0, c0, m, fraction_bits, max_bits, significand, scale, units
+):  # pragma: no cover
+    """Decode the IEEE bits of the tile at ``(r0, c0)`` into exact int64 units.
+
+    ``bits`` is a float32 array viewed as uint32 (``fraction_bits=23``) or a
+    float64 array viewed as uint64 (``52``). Every finite float is
+    ``significand * 2**scale`` with an integer significand; the tile's units are
+    those significands shifted to the tile's lowest set bit. Returns
+    ``(status, exponent)`` with ``scores = units * 2**exponent`` exactly.
+    """
+    strip_zeros = fraction_bits > 23
+    exponent_mask = (1 << (8 if fraction_bits == 23 else 11)) - 1
+    bias = exponent_mask // 2 + fraction_bits
+    fraction_mask = (np.uint64(1) << np.uint64(fraction_bits)) - np.uint64(1)
+    lowest = 1 << 30
+    highest = -(1 << 30)
+    for i in range(m):
+        for j in range(m):
+            word = np.uint64(bits[r0 + i, c0 + j])
+            exponent_field = np.int64(word >> np.uint64(fraction_bits)) & exponent_mask
+            if exponent_field == exponent_mask:  # NaN or +-inf
+                return NOT_FINITE, 0
+            fraction = word & fraction_mask
+            if exponent_field == 0:
+                value_scale = 1 - bias  # subnormal (or zero)
+                whole = fraction
+            else:
+                value_scale = exponent_field - bias
+                whole = fraction | (np.uint64(1) << np.uint64(fraction_bits))
+            k = i * m + j
+            if whole == 0:
+                significand[k] = 0
+                scale[k] = 0
+                continue
+            # Upper bound of the top bit (exact for normal numbers).
+            top = value_scale + fraction_bits
+            if strip_zeros:
+                # Only float64 needs this: it lets 53-bit significands with few
+                # set bits (floats that came from float32 or integers) fit.
+                trailing = _trailing_zeros(whole)
+                whole >>= np.uint64(trailing)
+                value_scale += trailing
+            if value_scale < lowest:
+                lowest = value_scale
+            if top > highest:
+                highest = top
+            negative = (word >> np.uint64(8 * (4 if fraction_bits == 23 else 8) - 1)) != 0
+            significand[k] = -np.int64(whole) if negative else np.int64(whole)
+            scale[k] = value_scale
+    if highest < lowest:  # all zero
+        for k in range(m * m):
+            units[k] = 0
+        return SOLVED, 0
+    if highest - lowest + 1 > max_bits:
+        return TOO_WIDE, lowest
+    for k in range(m * m):
+        units[k] = significand[k] << (scale[k] - lowest) if significand[k] != 0 else 0
+    return SOLVED, lowest
+
+
+# ----------------------------------------------------------------------------
+# Exact solver: successive shortest paths + canonical tie pass (nmref.flow)
+# ----------------------------------------------------------------------------
+
+
+@numba.njit(cache=True, nogil=True)
+def _ssp_tile(
+    w, m, n, kept, potential, distance, parent, settled, reached, row_kept, column_kept, key, order
+):  # pragma: no cover
+    """Successive shortest paths on one tile (see nmref.flow.successive_shortest_paths).
+
+    ``w`` int64 (m*m) units; ``kept`` bool (m*m) output. ``potential`` int64
+    (2m+2): node 0 source, 1..m rows, m+1..2m columns, 2m+1 sink; on return
+    ``u[i] = potential[1 + i]`` and ``v[j] = -potential[m + 1 + j]`` certify
+    ``kept`` (kept entries have ``w >= u + v``, dropped ones ``w <= u + v``).
+
+    Differs from the teaching version only in the start: instead of an empty
+    flow it starts from a partial b-matching that already satisfies
+    complementary slackness (each column keeps its top ``n``, then each
+    over-full row keeps its top ``n`` by ``w - v``), so only the deficit, about
+    a tenth of the ``n m`` units on random data, needs a Dijkstra. The source
+    and sink potentials are reset before every Dijkstra (arcs into the source
+    and out of the sink never lie on a shortest source-sink path), so the only
+    invariant to keep is non-negative reduced cost on row/column arcs.
+    """
+    sink = 2 * m + 1
+    nodes = 2 * m + 2
+    # --- start: every column keeps its n largest (ties: lower row) ----------
+    for i in range(m):
+        row_kept[i] = 0
+    for j in range(m):
+        # Insertion sort of the column, descending, stable (lower row first).
+        for i in range(m):
+            x = w[i * m + j]
+            position = i
+            while position > 0 and key[position - 1] < x:
+                key[position] = key[position - 1]
+                order[position] = order[position - 1]
+                position -= 1
+            key[position] = x
+            order[position] = i
+        for rank in range(m):
+            i = order[rank]
+            keep = rank < n
+            kept[i * m + j] = keep
+            if keep:
+                row_kept[i] += 1
+        column_kept[j] = n
+        # v[j] between the n-th and (n+1)-th largest: kept w >= v >= dropped w.
+        potential[m + 1 + j] = -key[n - 1] if n > 0 else -key[0]
+    # --- then every over-full row keeps its n best by w - v -----------------
+    for i in range(m):
+        potential[1 + i] = 0  # u[i] = 0: kept w - v >= 0 >= dropped w - v
+        if row_kept[i] <= n:
+            continue
+        count = 0
+        for j in range(m):
+            if not kept[i * m + j]:
+                continue
+            x = w[i * m + j] + potential[m + 1 + j]
+            position = count
+            while position > 0 and key[position - 1] < x:
+                key[position] = key[position - 1]
+                order[position] = order[position - 1]
+                position -= 1
+            key[position] = x
+            order[position] = j
+            count += 1
+        for rank in range(n, count):
+            j = order[rank]
+            kept[i * m + j] = False
+            column_kept[j] -= 1
+        row_kept[i] = n
+        potential[1 + i] = key[n - 1]
+    flow = 0
+    for i in range(m):
+        flow += row_kept[i]
+
+    # --- direct moves: a deficit column takes its best dropped entry when that
+    # entry's row has room (lowering v keeps complementary slackness); then the
+    # same for deficit rows. These are the length-one augmenting paths, found
+    # without a Dijkstra (a second round finds almost none: measured).
+    for j in range(m):
+        while column_kept[j] < n:
+            best_row = -1
+            best_value = np.int64(0)
+            for i in range(m):
+                if not kept[i * m + j]:
+                    value = w[i * m + j] - potential[1 + i]
+                    if best_row < 0 or value > best_value:
+                        best_row = i
+                        best_value = value
+            if row_kept[best_row] >= n:
+                break
+            kept[best_row * m + j] = True
+            row_kept[best_row] += 1
+            column_kept[j] += 1
+            flow += 1
+            potential[m + 1 + j] = -best_value
+    for i in range(m):
+        while row_kept[i] < n:
+            best_column = -1
+            best_value = np.int64(0)
+            for j in range(m):
+                if not kept[i * m + j]:
+                    value = w[i * m + j] + potential[m + 1 + j]
+                    if best_column < 0 or value > best_value:
+                        best_column = j
+                        best_value = value
+            if column_kept[best_column] >= n:
+                break
+            kept[i * m + best_column] = True
+            row_kept[i] += 1
+            column_kept[best_column] += 1
+            flow += 1
+            potential[1 + i] = best_value
+
+    # --- successive shortest paths for the rest ------------------------------
+    unreached = np.int64(1) << np.int64(62)  # above every distance (max_unit_bits)
+    while flow < n * m:
+        # Overflow guard: with |potential| <= 2**58 and |w| < 2**54 every
+        # distance and candidate of this Dijkstra stays below 2**62. Should a
+        # tile ever exceed it, give it back (the caller solves it in Python).
+        for v in range(1, 2 * m + 1):
+            if abs(potential[v]) > POTENTIAL_LIMIT:
+                return False
+        # Source/sink potentials that make their arcs' reduced costs >= 0.
+        source_potential = np.int64(0)
+        first = True
+        for i in range(m):
+            if row_kept[i] < n and (first or potential[1 + i] > source_potential):
+                source_potential = potential[1 + i]
+                first = False
+        first = True
+        for j in range(m):
+            if column_kept[j] < n and (first or potential[m + 1 + j] < potential[sink]):
+                potential[sink] = potential[m + 1 + j]
+                first = False
+        # ``reached`` holds tentative distances of unsettled nodes (unreached
+        # and settled ones sit at ``unreached``), so picking the next node is a
+        # plain minimum scan.
+        for v in range(nodes):
+            settled[v] = False
+            reached[v] = unreached
+        for i in range(m):
+            if row_kept[i] < n:
+                reached[1 + i] = source_potential - potential[1 + i]
+                parent[1 + i] = 0
+        while True:
+            best = 1
+            best_distance = unreached
+            for v in range(1, nodes):
+                if reached[v] < best_distance:
+                    best = v
+                    best_distance = reached[v]
+            settled[best] = True
+            distance[best] = best_distance
+            reached[best] = unreached
+            if best == sink:
+                break
+            base = best_distance + potential[best]
+            if best <= m:  # a row: arcs to the columns of its dropped entries
+                i = best - 1
+                for j in range(m):
+                    target = m + 1 + j
+                    if not kept[i * m + j] and not settled[target]:
+                        candidate = base - w[i * m + j] - potential[target]
+                        if candidate < reached[target]:
+                            reached[target] = candidate
+                            parent[target] = best
+            else:  # a column: arcs back to rows of its kept entries, and to the sink
+                j = best - m - 1
+                for i in range(m):
+                    target = 1 + i
+                    if kept[i * m + j] and not settled[target]:
+                        candidate = base + w[i * m + j] - potential[target]
+                        if candidate < reached[target]:
+                            reached[target] = candidate
+                            parent[target] = best
+                if column_kept[j] < n:
+                    candidate = base - potential[sink]
+                    if candidate < reached[sink]:
+                        reached[sink] = candidate
+                        parent[sink] = best
+                        if candidate == best_distance:
+                            # Nothing can beat a zero-cost last arc: settle now.
+                            settled[sink] = True
+                            distance[sink] = candidate
+                            break
+        sink_distance = distance[sink]
+        for v in range(1, 2 * m + 1):
+            if settled[v]:
+                potential[v] += distance[v]
+            else:
+                potential[v] += sink_distance
+        node = sink
+        while node != 0:
+            previous = parent[node]
+            if node == sink:
+                column_kept[previous - m - 1] += 1
+            elif previous == 0:
+                row_kept[node - 1] += 1
+            elif previous <= m:  # row -> column: keep
+                kept[(previous - 1) * m + (node - m - 1)] = True
+            else:  # column -> row: drop
+                kept[(node - 1) * m + (previous - m - 1)] = False
+            node = previous
+        flow += 1
+    for v in range(1, 2 * m + 1):
+        if abs(potential[v]) > POTENTIAL_LIMIT:
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def _canonical_tile(
+    w, m, kept, potential, tight, queue, parent_node, parent_entry
+):  # pragma: no cover
+    """Turn the optimal ``kept`` into the canonical (lexicographically greatest) optimum.
+
+    Same pass as nmref.flow.canonical_optimum. Search nodes: rows 0..m-1,
+    columns m..2m-1.
+    """
+    free_dropped = 0
+    for i in range(m):
+        for j in range(m):
+            slack = w[i * m + j] - potential[1 + i] + potential[m + 1 + j]
+            tight[i * m + j] = slack == 0
+            if slack == 0 and not kept[i * m + j]:
+                free_dropped += 1
+    if free_dropped == 0:
+        return
+    for k in range(m * m):
+        if kept[k] or not tight[k]:
+            continue
+        i = k // m
+        j = k - i * m
+        # A cycle through (i, j) needs a free kept tight entry in column j and in row i.
+        possible_column = False
+        for a in range(m):
+            entry = a * m + j
+            if entry > k and kept[entry] and tight[entry]:
+                possible_column = True
+                break
+        possible_row = False
+        for b in range(j + 1, m):
+            entry = i * m + b
+            if kept[entry] and tight[entry]:
+                possible_row = True
+                break
+        if not (possible_column and possible_row):
+            continue
+        # Breadth-first from column j to row i through free tight entries (> k).
+        for v in range(2 * m):
+            parent_node[v] = -2
+        parent_node[m + j] = -1
+        head = 0
+        tail = 0
+        queue[tail] = m + j
+        tail += 1
+        found = False
+        while head < tail and not found:
+            v = queue[head]
+            head += 1
+            for other in range(m):
+                if v >= m:  # column b -> row a through a kept entry
+                    a = other
+                    b = v - m
+                    entry = a * m + b
+                    target = a
+                    usable = kept[entry]
+                else:  # row a -> column b through a dropped entry
+                    a = v
+                    b = other
+                    entry = a * m + b
+                    target = m + b
+                    usable = not kept[entry]
+                if not usable or not tight[entry] or entry <= k:
+                    continue
+                if parent_node[target] != -2:
+                    continue
+                parent_node[target] = v
+                parent_entry[target] = entry
+                if target == i:
+                    found = True
+                    break
+                queue[tail] = target
+                tail += 1
+        if found:
+            kept[k] = True
+            v = i
+            while parent_node[v] != -1:
+                entry = parent_entry[v]
+                kept[entry] = not kept[entry]
+                v = parent_node[v]
+
+
+@numba.njit(cache=True, nogil=True)
+def _exact_range(
+    bits,
+    fraction_bits,
+    n,
+    m,
+    max_bits,
+    first,
+    last,
+    mask,
+    status,
+    kept_units,
+    exponents,
+    row_potentials,
+    column_potentials,
+):  # pragma: no cover
+    """Solve tiles ``first..last-1`` (row-major tile order) exactly."""
+    tiles_across = bits.shape[1] // m
+    nodes = 2 * m + 2
+    units = np.empty(m * m, np.int64)
+    kept = np.empty(m * m, np.bool_)
+    tight = np.empty(m * m, np.bool_)
+    potential = np.empty(nodes, np.int64)
+    distance = np.empty(nodes, np.int64)
+    parent = np.empty(nodes, np.int64)
+    settled = np.empty(nodes, np.bool_)
+    reached = np.empty(nodes, np.int64)
+    queue = np.empty(2 * m, np.int64)
+    parent_node = np.empty(2 * m, np.int64)
+    parent_entry = np.empty(2 * m, np.int64)
+    significand = np.empty(m * m, np.int64)
+    scale = np.empty(m * m, np.int64)
+    row_kept = np.empty(m, np.int64)
+    column_kept = np.empty(m, np.int64)
+    key = np.empty(m, np.int64)
+    order = np.empty(m, np.int64)
+    for t in range(first, last):
+        r0 = (t // tiles_across) * m
+        c0 = (t % tiles_across) * m
+        code, exponent = _load_tile(
+            bits, r0, c0, m, fraction_bits, max_bits, significand, scale, units
+        )
+        status[t] = code
+        exponents[t] = exponent
+        if code != SOLVED:
+            continue
+        if not _ssp_tile(
+            units,
+            m,
+            n,
+            kept,
+            potential,
+            distance,
+            parent,
+            settled,
+            reached,
+            row_kept,
+            column_kept,
+            key,
+            order,
+        ):
+            status[t] = TOO_WIDE
+            continue
+        _canonical_tile(units, m, kept, potential, tight, queue, parent_node, parent_entry)
+        total = np.int64(0)
+        for i in range(m):
+            row_potentials[t, i] = potential[1 + i]
+            column_potentials[t, i] = -potential[m + 1 + i]
+            for j in range(m):
+                mask[r0 + i, c0 + j] = kept[i * m + j]
+                if kept[i * m + j]:
+                    total += units[i * m + j]
+        kept_units[t] = total
+
+
+@numba.njit(cache=True, nogil=True)
+def exact_tiles(
+    bits,
+    fraction_bits,
+    n,
+    m,
+    max_bits,
+    mask,
+    status,
+    kept_units,
+    exponents,
+    row_potentials,
+    column_potentials,
+):  # pragma: no cover
+    """Canonical optimal mask of every aligned m x m tile of ``values`` (one thread).
+
+    Outputs per tile ``t`` (row-major tile order): ``status[t]``, the kept sum
+    ``kept_units[t] * 2**exponents[t]`` and the certificate potentials in units.
+    """
+    tiles = (bits.shape[0] // m) * (bits.shape[1] // m)
+    _exact_range(
+        bits,
+        fraction_bits,
+        n,
+        m,
+        max_bits,
+        0,
+        tiles,
+        mask,
+        status,
+        kept_units,
+        exponents,
+        row_potentials,
+        column_potentials,
+    )
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def exact_tiles_parallel(
+    bits,
+    fraction_bits,
+    n,
+    m,
+    max_bits,
+    chunks,
+    mask,
+    status,
+    kept_units,
+    exponents,
+    row_potentials,
+    column_potentials,
+):  # pragma: no cover
+    """:func:`exact_tiles` split into ``chunks`` independent ranges of tiles, run in parallel."""
+    tiles = (bits.shape[0] // m) * (bits.shape[1] // m)
+    for c in numba.prange(chunks):
+        first = tiles * c // chunks
+        last = tiles * (c + 1) // chunks
+        _exact_range(
+            bits,
+            fraction_bits,
+            n,
+            m,
+            max_bits,
+            first,
+            last,
+            mask,
+            status,
+            kept_units,
+            exponents,
+            row_potentials,
+            column_potentials,
+        )
+
+
+# ----------------------------------------------------------------------------
+# Brute force over a canonical pattern table (first maximum wins)
+# ----------------------------------------------------------------------------
+
+
+# Tiles per block in the enumeration: the pattern loop runs across the tiles of
+# a block, which the compiler can vectorise.
+ENUMERATION_BLOCK = 64
+
+
+@numba.njit(cache=True, nogil=True)
+def _enumerate_range(
+    bits,
+    fraction_bits,
+    m,
+    n,
+    max_bits,
+    choice_columns,
+    patterns,
+    first,
+    last,
+    mask,
+    status,
+    kept_units,
+    exponents,
+):  # pragma: no cover
+    """Best pattern of tiles ``first..last-1``; the first maximum in table order wins.
+
+    ``choice_columns`` (C, >= n) int: the kept columns of each of the
+    C = comb(m, n) row patterns; ``patterns`` (K, m) int: for each tile pattern
+    the row-pattern index of every row, in the canonical order (so the first
+    maximum is the canonical optimum). Tiles go in blocks of
+    ``ENUMERATION_BLOCK``: first every row sum of every tile of the block, then
+    each pattern's sum for all tiles of the block at once (strictly greater
+    replaces, so the earliest maximal pattern stays).
+    """
+    tiles_across = bits.shape[1] // m
+    choice_count = choice_columns.shape[0]
+    pattern_count = patterns.shape[0]
+    block = ENUMERATION_BLOCK
+    units = np.empty(m * m, np.int64)
+    significand = np.empty(m * m, np.int64)
+    scale = np.empty(m * m, np.int64)
+    row_sums = np.zeros((m, choice_count, block), np.int64)
+    total = np.empty(block, np.int64)
+    best_sum = np.empty(block, np.int64)
+    best = np.empty(block, np.int64)
+    for start in range(first, last, block):
+        count = min(block, last - start)
+        for b in range(count):
+            t = start + b
+            code, exponent = _load_tile(
+                bits,
+                (t // tiles_across) * m,
+                (t % tiles_across) * m,
+                m,
+                fraction_bits,
+                max_bits,
+                significand,
+                scale,
+                units,
+            )
+            status[t] = code
+            exponents[t] = exponent
+            for i in range(m):
+                for c in range(choice_count):
+                    s = np.int64(0)
+                    for k in range(n):
+                        s += units[i * m + choice_columns[c, k]]
+                    row_sums[i, c, b] = s
+        for b in range(block):
+            best_sum[b] = 0
+            best[b] = 0
+            for i in range(m):
+                best_sum[b] += row_sums[i, patterns[0, i], b]
+        for p in range(1, pattern_count):
+            first_row = row_sums[0, patterns[p, 0]]
+            for b in range(block):
+                total[b] = first_row[b]
+            for i in range(1, m):
+                row = row_sums[i, patterns[p, i]]
+                for b in range(block):
+                    total[b] += row[b]
+            for b in range(block):
+                better = total[b] > best_sum[b]
+                best_sum[b] = total[b] if better else best_sum[b]
+                best[b] = p if better else best[b]
+        for b in range(count):
+            t = start + b
+            r0 = (t // tiles_across) * m
+            c0 = (t % tiles_across) * m
+            for i in range(m):
+                for j in range(m):
+                    mask[r0 + i, c0 + j] = False
+                for k in range(n):
+                    mask[r0 + i, c0 + choice_columns[patterns[best[b], i], k]] = True
+            kept_units[t] = best_sum[b]
+
+
+@numba.njit(cache=True, nogil=True)
+def enumerate_tiles(
+    bits,
+    fraction_bits,
+    m,
+    n,
+    max_bits,
+    choice_columns,
+    patterns,
+    mask,
+    status,
+    kept_units,
+    exponents,
+):  # pragma: no cover
+    """:func:`_enumerate_range` over every tile (one thread)."""
+    tiles = (bits.shape[0] // m) * (bits.shape[1] // m)
+    _enumerate_range(
+        bits,
+        fraction_bits,
+        m,
+        n,
+        max_bits,
+        choice_columns,
+        patterns,
+        0,
+        tiles,
+        mask,
+        status,
+        kept_units,
+        exponents,
+    )
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def enumerate_tiles_parallel(
+    bits,
+    fraction_bits,
+    m,
+    n,
+    max_bits,
+    choice_columns,
+    patterns,
+    chunks,
+    mask,
+    status,
+    kept_units,
+    exponents,
+):  # pragma: no cover
+    """:func:`enumerate_tiles` split into ``chunks`` independent ranges run in parallel."""
+    tiles = (bits.shape[0] // m) * (bits.shape[1] // m)
+    for c in numba.prange(chunks):
+        _enumerate_range(
+            bits,
+            fraction_bits,
+            m,
+            n,
+            max_bits,
+            choice_columns,
+            patterns,
+            tiles * c // chunks,
+            tiles * (c + 1) // chunks,
+            mask,
+            status,
+            kept_units,
+            exponents,
+        )
+
+
+@numba.njit(cache=True, nogil=True)
+def masked_tiles(
+    bits, fraction_bits, m, max_bits, mask, status, kept_units, exponents
+):  # pragma: no cover
+    """Exact kept sum of ``mask`` in every tile, as ``kept_units * 2**exponents``.
+
+    Uses the same tile units as the solvers, so a gap is a difference of
+    integers with a common exponent.
+    """
+    tiles_across = bits.shape[1] // m
+    tiles = (bits.shape[0] // m) * tiles_across
+    units = np.empty(m * m, np.int64)
+    significand = np.empty(m * m, np.int64)
+    scale = np.empty(m * m, np.int64)
+    for t in range(tiles):
+        r0 = (t // tiles_across) * m
+        c0 = (t % tiles_across) * m
+        code, exponent = _load_tile(
+            bits, r0, c0, m, fraction_bits, max_bits, significand, scale, units
+        )
+        status[t] = code
+        exponents[t] = exponent
+        total = np.int64(0)
+        if code == SOLVED:
+            for i in range(m):
+                for j in range(m):
+                    if mask[r0 + i, c0 + j]:
+                        total += units[i * m + j]
+        kept_units[t] = total
+
+
+# ----------------------------------------------------------------------------
+# Greedy approximations (Hubara et al. 2021, Sec. 4.2): keep form and prune form
+# ----------------------------------------------------------------------------
+
+
+@numba.njit(cache=True, nogil=True)
+def greedy_tiles(values, n, m, prune_form, mask):  # pragma: no cover
+    """Greedy mask of every tile; ``values`` must be finite (checked by the caller).
+
+    Order: descending score, lower flat index first among equals (a stable
+    sort of the reversed tile). Keep form scans it from the front and keeps an
+    entry while its row and column keep fewer than ``n``. Prune form scans it
+    from the back and prunes an entry while its row or its column has pruned
+    fewer than ``m - n``.
+    """
+    tiles_across = values.shape[1] // m
+    tiles = (values.shape[0] // m) * tiles_across
+    size = m * m
+    keys = np.empty(size, values.dtype)
+    row_count = np.empty(m, np.int64)
+    column_count = np.empty(m, np.int64)
+    for t in range(tiles):
+        r0 = (t // tiles_across) * m
+        c0 = (t % tiles_across) * m
+        # keys[size-1-k] = score of flat entry k: an ascending stable sort then
+        # lists equal scores with the higher flat index first, so reading it
+        # backwards gives descending scores with the lower index first.
+        for k in range(size):
+            keys[size - 1 - k] = values[r0 + k // m, c0 + k % m]
+        ascending = np.argsort(keys, kind="mergesort")
+        for i in range(m):
+            row_count[i] = 0
+            column_count[i] = 0
+        if not prune_form:
+            for i in range(m):
+                for j in range(m):
+                    mask[r0 + i, c0 + j] = False
+            for position in range(size - 1, -1, -1):
+                k = size - 1 - ascending[position]
+                i = k // m
+                j = k % m
+                if row_count[i] < n and column_count[j] < n:
+                    mask[r0 + i, c0 + j] = True
+                    row_count[i] += 1
+                    column_count[j] += 1
+        else:
+            for i in range(m):
+                for j in range(m):
+                    mask[r0 + i, c0 + j] = True
+            for position in range(size):
+                k = size - 1 - ascending[position]
+                i = k // m
+                j = k % m
+                if row_count[i] < m - n or column_count[j] < m - n:
+                    mask[r0 + i, c0 + j] = False
+                    row_count[i] += 1
+                    column_count[j] += 1

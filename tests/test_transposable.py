@@ -1,0 +1,561 @@
+"""Tests for transposable N:M masks (specs/transposable.md).
+
+Contracts, each checked against every implementation it applies to:
+validity, optimality against independent solvers (an itertools brute force
+written here, scipy HiGHS, networkx), the canonical tie rule (masks, not only
+objectives), greedy bounds, invariances, certificates, errors, golden vectors.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nmref import flow
+from nmref.masks import nm_mask
+from nmref.patterns import check_pattern
+from nmref.transposable import (
+    _solve_exact,  # the flow kernel on its own
+    exact_integer_tile,
+    is_transposable,
+    optimality_gap,
+    transposable_certificate,
+    transposable_mask,
+    transposable_mask_reference,
+    transposable_optimum,
+    transposable_patterns,
+    transposable_weight_mask,
+    verify_certificate,
+)
+
+GOLDEN = Path(__file__).resolve().parents[1] / "specs" / "golden" / "transposable.json"
+
+EXACT_METHODS = ("exact", "brute")
+
+
+# ----------------------------------------------------------------------------
+# Independent oracles
+# ----------------------------------------------------------------------------
+
+
+def lexmax_brute(tile, n: int) -> tuple[Fraction, np.ndarray]:
+    """Best (kept sum, then lexicographically greatest row-major keep bits), by itertools."""
+    m = len(tile)
+    values = [
+        [
+            Fraction(float(x)) if isinstance(x, float | np.floating) else Fraction(int(x))
+            for x in row
+        ]
+        for row in np.asarray(tile).tolist()
+    ]
+    best = None
+    for rows in itertools.product(itertools.combinations(range(m), n), repeat=m):
+        counts = [0] * m
+        for chosen in rows:
+            for j in chosen:
+                counts[j] += 1
+        if any(c != n for c in counts):
+            continue
+        bits = tuple(int(j in rows[i]) for i in range(m) for j in range(m))
+        total = sum(values[i][j] for i in range(m) for j in rows[i])
+        if best is None or (total, bits) > best:
+            best = (total, bits)
+    assert best is not None
+    return best[0], np.array(best[1], dtype=bool).reshape(m, m)
+
+
+def tile_values(array: np.ndarray, m: int):
+    for r in range(0, array.shape[0], m):
+        for c in range(0, array.shape[1], m):
+            yield r // m, c // m, array[r : r + m, c : c + m]
+
+
+def kept_sum_exact(tile, kept) -> Fraction:
+    units, exponent = exact_integer_tile(tile)
+    m = len(units)
+    total = sum(units[i][j] for i in range(m) for j in range(m) if kept[i, j])
+    return Fraction(total) * Fraction(2) ** exponent
+
+
+# ----------------------------------------------------------------------------
+# Strategies: tie-heavy and generic score matrices for m <= 4
+# ----------------------------------------------------------------------------
+
+
+@st.composite
+def score_matrices(draw, max_m: int = 4):
+    m = draw(st.integers(1, max_m))
+    n = draw(st.integers(0, m))
+    tiles_down = draw(st.integers(1, 2))
+    tiles_across = draw(st.integers(1, 2))
+    shape = (m * tiles_down, m * tiles_across)
+    kind = draw(st.sampled_from(["small-int", "binary", "float32", "float16", "float64", "signed"]))
+    size = shape[0] * shape[1]
+    if kind == "small-int":
+        data = draw(st.lists(st.integers(0, 3), min_size=size, max_size=size))
+        array = np.array(data, dtype=np.int32)
+    elif kind == "binary":
+        data = draw(st.lists(st.sampled_from([0.0, 0.5]), min_size=size, max_size=size))
+        array = np.array(data, dtype=np.float32)
+    elif kind == "float16":
+        data = draw(st.lists(st.floats(0, 4, width=16), min_size=size, max_size=size))
+        array = np.array(data, dtype=np.float16)
+    elif kind == "signed":
+        data = draw(st.lists(st.integers(-2, 2), min_size=size, max_size=size))
+        array = np.array(data, dtype=np.int8)
+    else:
+        width = 32 if kind == "float32" else 64
+        data = draw(st.lists(st.floats(-8, 8, width=width), min_size=size, max_size=size))
+        array = np.array(data, dtype=np.float32 if width == 32 else np.float64)
+    return array.reshape(shape), n, m
+
+
+# ----------------------------------------------------------------------------
+# Exactness and the canonical tie rule
+# ----------------------------------------------------------------------------
+
+
+@given(score_matrices())
+def test_every_exact_method_returns_the_canonical_mask(case):
+    """exact == brute == readable exact == readable brute == itertools lexmax, bit for bit."""
+    scores, n, m = case
+    expected = np.zeros(scores.shape, dtype=bool)
+    for tile_row, tile_column, tile in tile_values(scores, m):
+        _, best = lexmax_brute(tile, n)
+        expected[tile_row * m : (tile_row + 1) * m, tile_column * m : (tile_column + 1) * m] = best
+    for method in EXACT_METHODS:
+        np.testing.assert_array_equal(transposable_mask(scores, n, m, method=method), expected)
+        np.testing.assert_array_equal(
+            transposable_mask_reference(scores, n, m, method=method), expected
+        )
+
+
+@given(score_matrices())
+def test_flow_kernel_and_certificate_match_enumeration(case):
+    """The Numba flow solver (used for m > 4 and certificates) gives the enumeration's mask."""
+    scores, n, m = case
+    expected = transposable_mask(scores, n, m)
+    flow_mask = _solve_exact(np.asarray(scores), check_pattern(n, m), method="flow").mask
+    np.testing.assert_array_equal(flow_mask, expected)
+    try:
+        certificate = transposable_certificate(scores, n, m)
+    except ValueError as error:
+        # Documented limit: potentials of tiles spanning > 2**53 are not float64.
+        assert "not representable in float64" in str(error)
+        nonzero = np.abs(scores[scores != 0].astype(np.float64))
+        assert nonzero.max() / nonzero.min() > 2.0**20
+        return
+    np.testing.assert_array_equal(certificate.mask, expected)
+    assert verify_certificate(scores, *certificate, n, m)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_flow_kernel_equals_enumeration_on_many_tiles(n):
+    """4096 tiles each of noise, int4-like quantised values, and bf16-like values."""
+    rng = np.random.default_rng(n)
+    noise = rng.standard_normal((256, 256)).astype(np.float32)
+    quantised = np.round(noise * 2).clip(-8, 7).astype(np.float32)
+    bfloat_like = (noise.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+    for scores in (np.abs(noise), quantised, np.abs(quantised), bfloat_like):
+        expected = transposable_mask(scores, n, 4, method="brute")
+        flow_mask = _solve_exact(scores, check_pattern(n, 4), method="flow").mask
+        np.testing.assert_array_equal(flow_mask, expected)
+        np.testing.assert_array_equal(transposable_mask(scores, n, 4), expected)
+
+
+@pytest.mark.parametrize(("n", "m"), [(2, 5), (3, 5), (3, 6), (2, 6)])
+def test_exact_equals_brute_for_m_5_and_6(n, m):
+    rng = np.random.default_rng(m * 10 + n)
+    for scores in (
+        rng.integers(0, 3, (m, 2 * m)).astype(np.float32),  # tie-heavy
+        rng.standard_normal((m, 2 * m)).astype(np.float32),
+    ):
+        exact = transposable_mask(scores, n, m)
+        np.testing.assert_array_equal(exact, transposable_mask(scores, n, m, method="brute"))
+        np.testing.assert_array_equal(exact, transposable_mask_reference(scores, n, m))
+
+
+@pytest.mark.parametrize(("n", "m"), [(2, 4), (1, 4), (3, 4), (4, 8), (2, 8), (8, 16), (3, 7)])
+def test_numba_flow_equals_readable_flow_on_ties_and_noise(n, m):
+    rng = np.random.default_rng(n + 100 * m)
+    cases = [
+        rng.standard_normal((2 * m, 3 * m)).astype(np.float32),
+        rng.integers(0, 2, (2 * m, 3 * m)).astype(np.float32),
+        np.ones((m, m), dtype=np.float32),
+        np.zeros((m, m)),
+        np.abs(rng.standard_normal((m, 2 * m))).astype(np.float16),
+        rng.integers(-3, 4, (m, m)),
+    ]
+    for scores in cases:
+        fast = transposable_mask(scores, n, m)
+        assert is_transposable(fast, n, m)
+        np.testing.assert_array_equal(fast, transposable_mask_reference(scores, n, m))
+        parallel = transposable_mask(scores, n, m, parallel=True)
+        np.testing.assert_array_equal(parallel, fast)
+
+
+@pytest.mark.parametrize(("n", "m"), [(2, 4), (1, 4), (3, 4), (2, 3)])
+def test_all_equal_tile_gives_the_first_canonical_pattern(n, m):
+    first = transposable_patterns(n, m)[0]
+    for value in (0.0, 1.0, -2.5):
+        for method in EXACT_METHODS:
+            np.testing.assert_array_equal(
+                transposable_mask(np.full((m, m), value), n, m, method=method), first
+            )
+
+
+def test_arange_tile_all_patterns_tie_and_the_first_wins():
+    # s[i, j] = 4i + j: every valid pattern keeps the same sum (60), a pure tie.
+    scores = np.arange(16.0).reshape(4, 4)
+    for method in EXACT_METHODS:
+        np.testing.assert_array_equal(
+            transposable_mask(scores, 2, 4, method=method), transposable_patterns(2, 4)[0]
+        )
+    assert transposable_optimum(scores, 2, 4)[0, 0] == 60.0
+
+
+def test_canonical_order_is_descending_keep_bits():
+    patterns = transposable_patterns(2, 4).reshape(90, 16).astype(int)
+    keys = [int("".join(map(str, p)), 2) for p in patterns]
+    assert keys == sorted(keys, reverse=True)
+    assert len(set(keys)) == 90
+
+
+@pytest.mark.parametrize(
+    ("n", "m", "count"), [(2, 4, 90), (1, 4, 24), (3, 4, 24), (2, 5, 2040), (3, 6, 297200)]
+)
+def test_pattern_counts_match_the_diversity_dp(n, m, count):
+    patterns = transposable_patterns(n, m)
+    assert len(patterns) == count
+    assert (patterns.sum(axis=1) == n).all() and (patterns.sum(axis=2) == n).all()
+
+
+def test_wide_dynamic_range_tiles_use_the_exact_python_path():
+    # 2**-60 next to 2**60 needs > 120 bits: the kernel hands the tile to Python ints.
+    rng = np.random.default_rng(7)
+    scores = rng.standard_normal((8, 8))
+    scores[0, 0] = 2.0**60
+    scores[5, 6] = 2.0**-60
+    scores[1, 1] = 3 * 2.0**-60
+    for n, m in [(2, 4), (4, 8)]:
+        fast = transposable_mask(scores, n, m)
+        np.testing.assert_array_equal(fast, transposable_mask_reference(scores, n, m))
+    # Tiny differences must still decide: only the 2**-70 term breaks the tie.
+    tie = np.ones((4, 4)) * 2.0**40
+    tie[3, 3] += 2.0**-70
+    expected = lexmax_brute(tie, 2)[1]
+    for method in EXACT_METHODS:
+        np.testing.assert_array_equal(transposable_mask(tie, 2, 4, method=method), expected)
+    assert expected[3, 3]
+
+
+def test_float64_with_wide_tiles_warns_and_stays_exact():
+    scores = np.abs(np.random.default_rng(11).standard_normal((64, 64)))  # 53-bit significands
+    with pytest.warns(RuntimeWarning, match="solved exactly in Python"):
+        fast = transposable_mask(scores, 2, 4)
+    np.testing.assert_array_equal(fast, transposable_mask_reference(scores, 2, 4))
+
+
+def test_large_int64_scores_are_exact():
+    big = 2**62
+    scores = np.array([[big, big - 1, 0, 1]] * 4, dtype=np.int64)
+    scores[2] = [0, 1, big, big - 1]
+    scores[3] = [1, 0, big - 1, big]
+    mask = transposable_mask(scores, 2, 4)
+    np.testing.assert_array_equal(mask, transposable_mask_reference(scores, 2, 4))
+    assert is_transposable(mask, 2, 4)
+
+
+# ----------------------------------------------------------------------------
+# Optimality against independent solvers
+# ----------------------------------------------------------------------------
+
+
+def highs_optimum(tile: np.ndarray, n: int) -> float:
+    from scipy.optimize import linprog
+
+    m = tile.shape[0]
+    rows = np.kron(np.eye(m), np.ones(m))
+    columns = np.kron(np.ones(m), np.eye(m))
+    result = linprog(
+        -tile.astype(np.float64).ravel(),
+        A_eq=np.vstack([rows, columns]),
+        b_eq=np.full(2 * m, n),
+        bounds=(0, 1),
+        method="highs",
+    )
+    assert result.status == 0
+    return -result.fun
+
+
+def networkx_optimum(tile: np.ndarray, n: int) -> Fraction:
+    import networkx as nx
+
+    units, exponent = exact_integer_tile(tile)
+    m = len(units)
+    graph = nx.DiGraph()
+    for i in range(m):
+        graph.add_node(("r", i), demand=-n)
+        graph.add_node(("c", i), demand=n)
+        for j in range(m):
+            graph.add_edge(("r", i), ("c", j), weight=-units[i][j], capacity=1)
+    cost = nx.min_cost_flow_cost(graph)  # integer weights: exact
+    return Fraction(-cost) * Fraction(2) ** exponent
+
+
+@pytest.mark.parametrize(("n", "m"), [(2, 4), (4, 8), (3, 8), (8, 16)])
+def test_optimum_matches_highs_and_networkx(n, m):
+    rng = np.random.default_rng(n * 31 + m)
+    cases = [
+        np.abs(rng.standard_normal((2 * m, 2 * m))).astype(np.float32),
+        rng.integers(0, 4, (m, 2 * m)).astype(np.float32),
+        rng.standard_normal((m, m)),
+    ]
+    for scores in cases:
+        optimum = transposable_optimum(scores, n, m)
+        mask = transposable_mask(scores, n, m)
+        for tile_row, tile_column, tile in tile_values(scores, m):
+            kept = mask[tile_row * m : (tile_row + 1) * m, tile_column * m : (tile_column + 1) * m]
+            exact = kept_sum_exact(tile, kept)
+            assert exact == networkx_optimum(tile, n)
+            assert optimum[tile_row, tile_column] == float(exact)
+            assert highs_optimum(tile, n) == pytest.approx(float(exact), rel=1e-9, abs=1e-9)
+
+
+@given(score_matrices())
+def test_optimum_is_at_most_the_row_only_and_column_only_optima(case):
+    scores, n, m = case
+    optimum = transposable_optimum(scores, n, m)
+    values = scores.astype(np.float64)
+    for axis in (1, 0):
+        one_d = np.where(nm_mask(scores, n, m, axis=axis), values, 0.0)
+        per_tile = one_d.reshape(scores.shape[0] // m, m, scores.shape[1] // m, m).sum(axis=(1, 3))
+        assert (optimum <= per_tile + 1e-9 * (1 + np.abs(per_tile))).all()
+
+
+@given(score_matrices(), st.randoms(use_true_random=False))
+def test_optimum_is_invariant_under_permutations_inside_a_tile(case, random):
+    scores, n, m = case
+    tile = scores[:m, :m]
+    row_order = list(range(m))
+    column_order = list(range(m))
+    random.shuffle(row_order)
+    random.shuffle(column_order)
+    permuted = tile[row_order][:, column_order]
+    assert transposable_optimum(permuted, n, m)[0, 0] == transposable_optimum(tile, n, m)[0, 0]
+    # The optimal mask moves with the entries up to ties: its kept sum is optimal.
+    assert (
+        optimality_gap(
+            permuted, transposable_mask(tile, n, m)[row_order][:, column_order], n, m
+        ).total
+        == 0.0
+    )
+
+
+# ----------------------------------------------------------------------------
+# Greedy approximations
+# ----------------------------------------------------------------------------
+
+
+@given(score_matrices())
+def test_greedy_fast_equals_reference(case):
+    scores, n, m = case
+    for method in ("greedy", "greedy-prune"):
+        np.testing.assert_array_equal(
+            transposable_mask(scores, n, m, method=method),
+            transposable_mask_reference(scores, n, m, method=method),
+        )
+
+
+@pytest.mark.parametrize(("n", "m"), [(2, 4), (4, 8), (1, 4), (8, 16)])
+def test_greedy_bounds(n, m):
+    rng = np.random.default_rng(m + n)
+    for scores in (
+        np.abs(rng.standard_normal((4 * m, 4 * m))).astype(np.float32),
+        rng.integers(0, 3, (2 * m, 2 * m)).astype(np.float32),
+        rng.exponential(size=(2 * m, 2 * m)) ** 4,
+    ):
+        optimum = transposable_optimum(scores, n, m)
+        values = scores.astype(np.float64)
+
+        def per_tile(kept, values=values, shape=scores.shape):
+            tiles = np.where(kept, values, 0).reshape(shape[0] // m, m, shape[1] // m, m)
+            return tiles.sum(axis=(1, 3))
+
+        keep = transposable_mask(scores, n, m, method="greedy")
+        assert is_transposable(keep, n, m, exact=False)
+        assert (per_tile(keep) >= 0.5 * optimum - 1e-9).all()
+        prune = transposable_mask(scores, n, m, method="greedy-prune")
+        # The pruned set is an edge cover: >= m - n pruned, so <= n kept per row/column.
+        assert is_transposable(prune, n, m, exact=False)
+        total = per_tile(np.ones_like(prune))
+        assert (total - per_tile(prune) <= 2 * (total - optimum) + 1e-9).all()
+
+
+def test_greedy_regression_arange_4x4_is_transposable():
+    """structured_transposable_masks issue #1: approx2 broke on a 4x4 arange."""
+    scores = np.arange(16, dtype=np.float32).reshape(4, 4)
+    mask = transposable_mask(scores, 2, 4, method="greedy")
+    assert is_transposable(mask, 2, 4, exact=False)
+    assert optimality_gap(scores, mask, 2, 4).total == 0.0
+
+
+# ----------------------------------------------------------------------------
+# Oracle functions and certificates
+# ----------------------------------------------------------------------------
+
+
+def test_optimality_gap_and_checker_power():
+    rng = np.random.default_rng(3)
+    scores = np.abs(rng.standard_normal((64, 64))).astype(np.float32)
+    exact = transposable_mask(scores, 4, 8)
+    gap = optimality_gap(scores, exact, 4, 8)
+    assert gap.total == 0.0 and (gap.per_tile == 0).all()
+    greedy = transposable_mask(scores, 4, 8, method="greedy")
+    greedy_gap = optimality_gap(scores, greedy, 4, 8)
+    assert greedy_gap.total > 0 and (greedy_gap.per_tile >= 0).all()
+    # A deliberately wrong "exact" solver: swap an alternating 2x2 square.
+    wrong = exact.copy()
+    for r, c in itertools.product(range(0, 64, 8), range(0, 64, 8)):
+        tile = wrong[r : r + 8, c : c + 8]
+        for i, j, k, q in itertools.product(range(8), repeat=4):
+            if tile[i, j] and tile[k, q] and not tile[i, q] and not tile[k, j]:
+                tile[i, j] = tile[k, q] = False
+                tile[i, q] = tile[k, j] = True
+                break
+    assert is_transposable(wrong, 4, 8)
+    assert optimality_gap(scores, wrong, 4, 8).total > 0
+    certificate = transposable_certificate(scores, 4, 8)
+    assert verify_certificate(scores, *certificate, 4, 8)
+    assert not verify_certificate(scores, wrong, *certificate[1:], 4, 8)
+    shifted = certificate.row_potentials.copy()
+    shifted[0, 0] += 1.0
+    assert not verify_certificate(
+        scores, certificate.mask, shifted, certificate.column_potentials, 4, 8
+    )
+
+
+def test_certificate_on_python_path_and_readable_certificate():
+    units = [[5, 1, 4, 4], [2, 2, 2, 2], [0, 7, 3, 3], [9, 0, 0, 1]]
+    kept, u, v = flow.solve_tile(units, 2)
+    assert flow.certifies_optimal(units, kept, 2, u, v)
+    kept[0][0] = not kept[0][0]
+    assert not flow.certifies_optimal(units, kept, 2, u, v)
+
+
+def test_gap_rejects_overfull_masks():
+    with pytest.raises(ValueError, match="more than n=2"):
+        optimality_gap(np.ones((4, 4)), np.ones((4, 4), dtype=bool), 2, 4)
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_is_transposable(exact):
+    mask = transposable_patterns(2, 4)[5]
+    assert is_transposable(np.tile(mask, (2, 3)), 2, 4, exact=exact)
+    under = mask.copy()
+    under[0, np.flatnonzero(under[0])[0]] = False
+    assert is_transposable(under, 2, 4, exact=exact) is (not exact)
+    one_d = nm_mask(np.arange(16.0).reshape(4, 4), 2, 4)  # rows fine, columns not
+    assert not is_transposable(one_d, 2, 4, exact=exact)
+
+
+# ----------------------------------------------------------------------------
+# Weights through layouts
+# ----------------------------------------------------------------------------
+
+
+def test_weight_mask_linear_and_conv():
+    rng = np.random.default_rng(5)
+    linear = rng.standard_normal((8, 16)).astype(np.float32)
+    mask = transposable_weight_mask(linear, 2, 4)
+    np.testing.assert_array_equal(mask, transposable_mask(np.abs(linear), 2, 4))
+    conv = rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+    conv_mask = transposable_weight_mask(conv, 2, 4)
+    assert conv_mask.shape == conv.shape
+    for kh, kw in itertools.product(range(3), range(3)):
+        tap = conv_mask[:, :, kh, kw]  # [out, in] at one kernel tap
+        assert is_transposable(tap, 2, 4)
+        np.testing.assert_array_equal(tap, transposable_mask(np.abs(conv[:, :, kh, kw]), 2, 4))
+    with pytest.raises(ValueError, match="out channels"):
+        transposable_weight_mask(rng.standard_normal((6, 4, 3, 3)), 2, 4)
+
+
+# ----------------------------------------------------------------------------
+# Errors
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda: transposable_mask(np.ones((4, 4)), 5, 4), ValueError, "n=5 must be <= m=4"),
+        (lambda: transposable_mask(np.ones((4, 6)), 2, 4), ValueError, "multiples of m=4"),
+        (lambda: transposable_mask(np.ones((4, 4, 4)), 2, 4), ValueError, "must be 2-D"),
+        (lambda: transposable_mask(np.ones(4), 2, 4), ValueError, "must be 2-D"),
+        (lambda: transposable_mask(np.array([[np.nan] * 4] * 4), 2, 4), ValueError, "NaN at index"),
+        (lambda: transposable_mask(np.array([[np.inf] * 4] * 4), 2, 4), ValueError, "infinity"),
+        (lambda: transposable_mask(np.ones((4, 4)), 2, 4, method="ilp"), ValueError, "method="),
+        (lambda: transposable_mask(np.ones((8, 8)), 4, 8, method="brute"), ValueError, "m <= 6"),
+        (lambda: transposable_mask(np.ones((4, 4), dtype=complex), 2, 4), TypeError, "dtype"),
+        (lambda: transposable_mask(np.ones((4, 4)), 2.0, 4), TypeError, "integer"),
+        (lambda: transposable_optimum(np.ones((3, 4)), 2, 4), ValueError, "multiples"),
+        (lambda: is_transposable(np.ones((4, 5)), 2, 4), ValueError, "multiples"),
+        (lambda: transposable_patterns(4, 8), ValueError, "too large"),
+    ],
+)
+def test_errors(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_nan_is_an_error_for_every_method():
+    scores = np.ones((4, 4))
+    scores[2, 1] = np.nan
+    for method in ("exact", "brute", "greedy", "greedy-prune"):
+        with pytest.raises(ValueError, match=r"NaN at index \(2, 1\)"):
+            transposable_mask(scores, 2, 4, method=method)
+        with pytest.raises(ValueError, match="NaN"):
+            transposable_mask_reference(scores, 2, 4, method=method)
+
+
+@pytest.mark.parametrize("method", ["exact", "brute", "greedy", "greedy-prune"])
+def test_zero_size_and_trivial_n(method):
+    assert transposable_mask(np.zeros((0, 8)), 2, 4, method=method).shape == (0, 8)
+    scores = np.random.default_rng(0).standard_normal((4, 8))
+    assert not transposable_mask(scores, 0, 4, method=method).any()
+    assert transposable_mask(scores, 4, 4, method=method).all()
+
+
+def test_negative_zero_equals_zero():
+    scores = np.zeros((4, 4))
+    scores[0, 0] = -0.0
+    np.testing.assert_array_equal(transposable_mask(scores, 2, 4), transposable_patterns(2, 4)[0])
+
+
+# ----------------------------------------------------------------------------
+# Golden vectors
+# ----------------------------------------------------------------------------
+
+
+def test_golden_vectors():
+    cases = json.loads(GOLDEN.read_text())["cases"]
+    assert len(cases) >= 6
+    for case in cases:
+        scores = np.array(case["scores"], dtype=case["dtype"])
+        n, m = case["n"], case["m"]
+        for method, expected in case["masks"].items():
+            np.testing.assert_array_equal(
+                transposable_mask(scores, n, m, method=method).astype(int),
+                np.array(expected),
+                err_msg=f"{case['name']} {method}",
+            )
+        np.testing.assert_array_equal(
+            transposable_optimum(scores, n, m), np.array(case["optimum"], dtype=np.float64)
+        )
