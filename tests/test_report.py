@@ -576,3 +576,43 @@ def test_training_script_builds_the_shipped_architecture(monkeypatch):
         stored = handle.metadata()
     assert set(metadata) == set(stored) and stored["seed"] == str(script.SEED)
     assert float(metadata["test_accuracy"]) > 0.5  # one epoch already learns something
+
+
+def test_kernel_shape_rules_match_the_installed_torch():
+    torch = pytest.importorskip("torch")
+    from torch.sparse import semi_structured
+
+    rules = json.loads((ROOT / "nmsim" / "data" / "semi_structured_shapes.json").read_text())
+    dtypes = {
+        "fp8": "float8_e4m3fn",
+        "int8": "int8",
+        "fp16": "float16",
+        "bf16": "bfloat16",
+        "tf32": "float32",
+    }
+    classes = {
+        "cusparselt": semi_structured.SparseSemiStructuredTensorCUSPARSELT,
+        "cutlass": semi_structured.SparseSemiStructuredTensorCUTLASS,
+    }
+    for backend, table in rules["backends"].items():
+        constraints = classes[backend]._DTYPE_SHAPE_CONSTRAINTS
+        expected = {
+            ours: [constraints[dtype].sparse_min_rows, constraints[dtype].sparse_min_cols]
+            for ours, name in dtypes.items()
+            if (dtype := getattr(torch, name)) in constraints
+        }
+        assert table == expected, backend
+
+
+def test_alignment_facts():
+    from nmref.patterns import parse_pattern
+    from nmsim.report import alignment
+
+    facts = alignment((10, 128), "linear", parse_pattern("2:4"), "bf16")
+    assert facts["groups_fit"] and not facts["tiles_fit"]
+    # cuSPARSELt bf16 needs multiples of 16 in both dimensions; CUTLASS (32, 64).
+    assert facts["kernel_shapes"]["forward"] == {"cusparselt": False, "cutlass": False}
+    facts = alignment((64, 64, 3, 3), "channels", parse_pattern("2:8"), "fp8")
+    assert facts["matrix_shape"] == [576, 64] and facts["tiles_fit"]
+    assert facts["kernel_shapes"]["forward"] == {"cusparselt": True, "cutlass": None}
+    assert facts["kernel_shapes"]["input_grad"] == {"cusparselt": True, "cutlass": None}
