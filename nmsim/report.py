@@ -634,8 +634,11 @@ def build_report(
     tasks = [(source, info, settings, tuple(available), tuple(costs)) for info in selected]
     progress.start(len(tasks))
     entries = list(_entries_in_order(tasks, workers, lambda e: progress.advance(e["name"])))
+    from nmsim import __version__
+
     return {
         "schema": SCHEMA,
+        "generator": {"name": "nmsim report", "version": __version__},
         "checkpoint": checkpoint_block,
         "settings": asdict(settings) | {"methods": list(settings.methods)},
         "columns": columns,
