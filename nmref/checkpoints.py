@@ -387,6 +387,33 @@ def _same_file(first: Path, second: Path) -> bool:
     return first.resolve() == second.resolve()
 
 
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike[str]) -> Iterator[str]:
+    """Yield a temporary path beside ``path``; on success rename it onto ``path``.
+
+    Readers never see a half-written file, and a failure leaves ``path``
+    untouched and no temporary file behind. The file gets the mode a plain
+    ``open()`` would give it (``mkstemp`` alone makes it private, 0600).
+    """
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    descriptor, temporary = tempfile.mkstemp(
+        prefix=f".{path.name}.", suffix=path.suffix, dir=directory
+    )
+        prefix=f".{path.name}.", suffix=path.suffix, dir=directory
+    )
+    os.close(descriptor)
+    try:
+        yield temporary
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
 def write_tensors(
     path: str | os.PathLike[str],
     tensors: Mapping[str, NDArray],
@@ -430,10 +457,7 @@ def write_tensors(
             f"output={str(path)!r} is .npy, which holds one tensor, but there are "
             f"{len(tensors)}; use .npz or .safetensors"
         )
-    directory = path.parent if str(path.parent) else Path(".")
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=directory)
-    os.close(descriptor)
-    try:
+    with atomic_output(path) as temporary:
         if suffix == ".npy":
             (array,) = tensors.values()
             with open(temporary, "wb") as handle:
@@ -445,8 +469,4 @@ def write_tensors(
             from safetensors.numpy import save_file
 
             save_file({name: np.ascontiguousarray(a) for name, a in tensors.items()}, temporary)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
     return path

@@ -11,12 +11,12 @@ import csv
 import io
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from nmref.checkpoints import atomic_output
 from nmref.layouts import to_reduction_matrix
 from nmref.masks import magnitude_mask
 from nmref.patterns import parse_pattern
@@ -74,18 +74,8 @@ def planned_files(report: dict[str, Any], directory: Path) -> list[Path]:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-        # mkstemp makes the file private (0600); give it the mode a plain open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    with atomic_output(path) as temporary, open(temporary, "wb") as handle:
+        handle.write(data)
 
 
 def _figure_bytes(figure: Any) -> bytes:
