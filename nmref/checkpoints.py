@@ -400,8 +400,6 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[str]:
     descriptor, temporary = tempfile.mkstemp(
         prefix=f".{path.name}.", suffix=path.suffix, dir=directory
     )
-        prefix=f".{path.name}.", suffix=path.suffix, dir=directory
-    )
     os.close(descriptor)
     try:
         yield temporary
