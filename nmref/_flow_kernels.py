@@ -23,12 +23,17 @@ exactly in Python); 2 NaN or infinity in the tile (the caller raises).
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 
 SOLVED = 0
 TOO_WIDE = 1
 NOT_FINITE = 2
+# Solved exactly from truncated units plus a certificate (mask and potentials
+# exact; the kept sum in units is not, the caller recomputes it).
+SOLVED_TRUNCATED = 3
 
 # Potentials beyond this make a tile fall back to Python (see _ssp_tile).
 POTENTIAL_LIMIT = np.int64(1) << np.int64(58)
@@ -405,20 +410,103 @@ def _ssp_tile(
 
 
 @numba.njit(cache=True, nogil=True)
+def _truncate_tile(significand, scale, m, max_bits, units, inexact):  # pragma: no cover
+    """Floor units of a tile too wide for int64, for the certified path.
+
+    ``significand``/``scale`` are what :func:`_load_tile` decoded. Returns the
+    exponent ``e`` of the new units: ``units[k] = floor(score_k / 2**e)``, and
+    ``inexact[k]`` says whether the floor dropped nonzero bits.
+    """
+    lowest = 1 << 30
+    highest = -(1 << 30)
+    for k in range(m * m):
+        if significand[k] != 0:
+            top = scale[k] + math.frexp(float(abs(significand[k])))[1] - 1
+            if scale[k] < lowest:
+                lowest = scale[k]
+            if top > highest:
+                highest = top
+    base = highest + 1 - max_bits
+    if base < lowest:
+        base = lowest
+    for k in range(m * m):
+        units[k] = 0
+        inexact[k] = False
+        magnitude = abs(significand[k])
+        if magnitude == 0:
+            continue
+        shift = scale[k] - base
+        if shift >= 0:
+            quotient = magnitude << shift
+            remainder = np.int64(0)
+        elif shift <= -62:
+            quotient = np.int64(0)
+            remainder = np.int64(1)
+        else:
+            quotient = magnitude >> (-shift)
+            remainder = magnitude & ((np.int64(1) << (-shift)) - 1)
+        inexact[k] = remainder != 0
+        if significand[k] < 0:
+            units[k] = -(quotient + (remainder != 0))  # floor of a negative value
+        else:
+            units[k] = quotient
+    return base
+
+
+@numba.njit(cache=True, nogil=True)
+def _certify_truncated(units, inexact, kept, potential, m):  # pragma: no cover
+    """Adjust the potentials until they prove ``kept`` optimal for the true scores.
+
+    With floors ``H`` (``units``) of the true units ``U`` (``H <= U < H + 1``;
+    ``U == H`` unless ``inexact``), integer potentials with
+    ``u_i + v_j <= H_ij`` on kept entries and ``u_i + v_j >= H_ij + inexact_ij``
+    on dropped ones satisfy complementary slackness for ``U`` exactly. These
+    are difference constraints, so Bellman-Ford from the current potentials
+    finds such potentials or proves there are none (then the tile goes to the
+    Python path: its optimum is decided below the truncation, a near tie).
+    In node terms: row ``potential[1 + i] = u_i``, column
+    ``potential[m + 1 + j] = -v_j``.
+    """
+    for _ in range(2 * m + 2):
+        changed = False
+        for i in range(m):
+            for j in range(m):
+                k = i * m + j
+                if kept[k]:
+                    bound = potential[m + 1 + j] + units[k]
+                    if potential[1 + i] > bound:
+                        potential[1 + i] = bound
+                        changed = True
+                else:
+                    bound = potential[1 + i] - units[k] - inexact[k]
+                    if potential[m + 1 + j] > bound:
+                        potential[m + 1 + j] = bound
+                        changed = True
+        if not changed:
+            for v in range(1, 2 * m + 1):
+                if abs(potential[v]) > POTENTIAL_LIMIT:
+                    return False
+            return True
+    return False
+
+
+@numba.njit(cache=True, nogil=True)
 def _canonical_tile(
-    w, m, kept, potential, tight, queue, parent_node, parent_entry
+    w, m, kept, potential, tight, queue, parent_node, parent_entry, truncated, inexact
 ):  # pragma: no cover
     """Turn the optimal ``kept`` into the canonical (lexicographically greatest) optimum.
 
     Same pass as nmref.flow.canonical_optimum. Search nodes: rows 0..m-1,
-    columns m..2m-1.
+    columns m..2m-1. With ``truncated``, ``w`` are floors of the true units and
+    an entry flagged ``inexact`` lies strictly above its floor, so it is never
+    tight.
     """
     free_dropped = 0
     for i in range(m):
         for j in range(m):
             slack = w[i * m + j] - potential[1 + i] + potential[m + 1 + j]
-            tight[i * m + j] = slack == 0
-            if slack == 0 and not kept[i * m + j]:
+            tight[i * m + j] = slack == 0 and not (truncated and inexact[i * m + j])
+            if tight[i * m + j] and not kept[i * m + j]:
                 free_dropped += 1
     if free_dropped == 0:
         return
@@ -494,6 +582,7 @@ def _exact_range(
     n,
     m,
     max_bits,
+    tile_list,
     first,
     last,
     mask,
@@ -503,10 +592,16 @@ def _exact_range(
     row_potentials,
     column_potentials,
 ):  # pragma: no cover
-    """Solve tiles ``first..last-1`` (row-major tile order) exactly."""
+    """Solve the tiles ``tile_list[first:last]`` (row-major tile numbers) exactly.
+
+    A tile too wide for int64 units is solved on floor units and kept only if
+    :func:`_certify_truncated` proves the result exact (status
+    ``SOLVED_TRUNCATED``); otherwise it is handed back (``TOO_WIDE``).
+    """
     tiles_across = bits.shape[1] // m
     nodes = 2 * m + 2
     units = np.empty(m * m, np.int64)
+    inexact = np.zeros(m * m, np.bool_)
     kept = np.empty(m * m, np.bool_)
     tight = np.empty(m * m, np.bool_)
     potential = np.empty(nodes, np.int64)
@@ -523,17 +618,22 @@ def _exact_range(
     column_kept = np.empty(m, np.int64)
     key = np.empty(m, np.int64)
     order = np.empty(m, np.int64)
-    for t in range(first, last):
+    for index in range(first, last):
+        t = tile_list[index]
         r0 = (t // tiles_across) * m
         c0 = (t % tiles_across) * m
         code, exponent = _load_tile(
             bits, r0, c0, m, fraction_bits, max_bits, significand, scale, units
         )
+        truncated = code == TOO_WIDE
+        if truncated:
+            exponent = _truncate_tile(significand, scale, m, max_bits, units, inexact)
+            code = SOLVED_TRUNCATED
         status[t] = code
         exponents[t] = exponent
-        if code != SOLVED:
+        if code != SOLVED and code != SOLVED_TRUNCATED:
             continue
-        if not _ssp_tile(
+        ok = _ssp_tile(
             units,
             m,
             n,
@@ -547,10 +647,24 @@ def _exact_range(
             column_kept,
             key,
             order,
-        ):
+        )
+        if ok and truncated:
+            ok = _certify_truncated(units, inexact, kept, potential, m)
+        if not ok:
             status[t] = TOO_WIDE
             continue
-        _canonical_tile(units, m, kept, potential, tight, queue, parent_node, parent_entry)
+        _canonical_tile(
+            units,
+            m,
+            kept,
+            potential,
+            tight,
+            queue,
+            parent_node,
+            parent_entry,
+            truncated,
+            inexact,
+        )
         total = np.int64(0)
         for i in range(m):
             row_potentials[t, i] = potential[1 + i]
@@ -569,6 +683,7 @@ def exact_tiles(
     n,
     m,
     max_bits,
+    tile_list,
     mask,
     status,
     kept_units,
@@ -576,20 +691,21 @@ def exact_tiles(
     row_potentials,
     column_potentials,
 ):  # pragma: no cover
-    """Canonical optimal mask of every aligned m x m tile of ``values`` (one thread).
+    """Canonical optimal mask of the listed aligned m x m tiles (one thread).
 
-    Outputs per tile ``t`` (row-major tile order): ``status[t]``, the kept sum
-    ``kept_units[t] * 2**exponents[t]`` and the certificate potentials in units.
+    Outputs per tile ``t`` (row-major tile number): ``status[t]``, the kept sum
+    ``kept_units[t] * 2**exponents[t]`` (exact when the status is ``SOLVED``)
+    and the certificate potentials in the same units.
     """
-    tiles = (bits.shape[0] // m) * (bits.shape[1] // m)
     _exact_range(
         bits,
         fraction_bits,
         n,
         m,
         max_bits,
+        tile_list,
         0,
-        tiles,
+        len(tile_list),
         mask,
         status,
         kept_units,
@@ -606,6 +722,7 @@ def exact_tiles_parallel(
     n,
     m,
     max_bits,
+    tile_list,
     chunks,
     mask,
     status,
@@ -615,18 +732,17 @@ def exact_tiles_parallel(
     column_potentials,
 ):  # pragma: no cover
     """:func:`exact_tiles` split into ``chunks`` independent ranges of tiles, run in parallel."""
-    tiles = (bits.shape[0] // m) * (bits.shape[1] // m)
+    count = len(tile_list)
     for c in numba.prange(chunks):
-        first = tiles * c // chunks
-        last = tiles * (c + 1) // chunks
         _exact_range(
             bits,
             fraction_bits,
             n,
             m,
             max_bits,
-            first,
-            last,
+            tile_list,
+            count * c // chunks,
+            count * (c + 1) // chunks,
             mask,
             status,
             kept_units,

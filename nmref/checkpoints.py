@@ -1,4 +1,4 @@
-"""Reading and writing tensor files: ``.npy``, ``.npz`` and ``.safetensors``.
+"""Reading and writing tensor files: ``.npy``, ``.npz``, ``.safetensors`` (and reading ``.pt``).
 
 Tensors are streamed one at a time (``.safetensors`` through memory maps), so a
 multi-GB checkpoint is processed in bounded memory. NumPy has no bfloat16, so
@@ -6,12 +6,24 @@ BF16 tensors are read as their **exact** float32 upcast (bfloat16 is the top
 half of a float32) and reported with ``source_dtype="bfloat16"``. Writes are
 atomic (a temporary file in the target folder, then a rename) and never
 replace the input file.
+
+PyTorch ``.pt``/``.pth`` state dicts are read (never written) when torch is
+installed, with ``torch.load(..., weights_only=True, mmap=True)``: no pickled
+code runs, and tensors stay memory-mapped until used. Nested dictionaries are
+flattened with ``.`` (``{"model": {"fc.weight": t}}`` gives ``model.fc.weight``);
+non-tensor entries are ignored.
+
+Besides streaming everything (:func:`iter_tensors`), :func:`list_tensors` reads
+names, shapes and dtypes without the data, and :func:`read_tensor` reads one
+tensor by name, so that separate processes can share the work on one file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pickle
 import struct
 import tempfile
 import zipfile
@@ -22,9 +34,20 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["FORMATS", "TensorRecord", "iter_tensors", "write_tensors"]
+__all__ = [
+    "FORMATS",
+    "READ_FORMATS",
+    "TensorInfo",
+    "TensorNotFoundError",
+    "TensorRecord",
+    "iter_tensors",
+    "list_tensors",
+    "read_tensor",
+    "write_tensors",
+]
 
 FORMATS = (".npy", ".npz", ".safetensors")
+READ_FORMATS = (*FORMATS, ".pt", ".pth")
 
 
 @dataclass(frozen=True)
@@ -46,10 +69,19 @@ class TensorRecord:
     source_dtype: str
 
 
-def _suffix(path: Path, argument: str) -> str:
+@dataclass(frozen=True)
+class TensorInfo:
+    """Name, shape and stored dtype of one tensor, read without its data."""
+
+    name: str
+    shape: tuple[int, ...]
+    source_dtype: str
+
+
+def _suffix(path: Path, argument: str, formats: tuple[str, ...] = FORMATS) -> str:
     suffix = path.suffix.lower()
-    if suffix not in FORMATS:
-        raise ValueError(f"{argument}={str(path)!r} must end in one of {', '.join(FORMATS)}")
+    if suffix not in formats:
+        raise ValueError(f"{argument}={str(path)!r} must end in one of {', '.join(formats)}")
     return suffix
 
 
@@ -60,7 +92,7 @@ def _safetensors_header(path: Path) -> tuple[dict, int]:
     return header, 8 + header_size
 
 
-def _iter_safetensors(path: Path) -> Iterator[TensorRecord]:
+def _safe_open(path: Path) -> object:
     try:
         from safetensors import safe_open
     except ImportError as error:  # pragma: no cover - exercised only without the extra
@@ -68,28 +100,43 @@ def _iter_safetensors(path: Path) -> Iterator[TensorRecord]:
             "reading .safetensors needs the 'safetensors' package: "
             "pip install 'nm-sparsity-ref[io]'"
         ) from error
-    header = None
-    with safe_open(str(path), framework="np") as handle:
+    return safe_open(str(path), framework="np")
+
+
+def _bf16_upcast(path: Path, name: str) -> TensorRecord:
+    header, data_start = _safetensors_header(path)
+    entry = header[name]
+    begin, end = entry["data_offsets"]
+    raw = np.memmap(
+        path, dtype="<u2", mode="r", offset=data_start + begin, shape=((end - begin) // 2,)
+    )
+    # bfloat16 bits are the high half of the float32 with the same value.
+    upcast = (raw.astype(np.uint32) << 16).view(np.float32)
+    return TensorRecord(name, upcast.reshape(entry["shape"]), "bfloat16")
+
+
+def _iter_safetensors(path: Path) -> Iterator[TensorRecord]:
+    with _safe_open(path) as handle:
         for name in handle.keys():
-            dtype = handle.get_slice(name).get_dtype()
-            if dtype != "BF16":
+            if handle.get_slice(name).get_dtype() == "BF16":
+                yield _bf16_upcast(path, name)
+            else:
                 array = handle.get_tensor(name)
                 yield TensorRecord(name, array, str(array.dtype))
-                continue
-            if header is None:
-                header, data_start = _safetensors_header(path)
-            entry = header[name]
-            begin, end = entry["data_offsets"]
-            raw = np.memmap(
-                path, dtype="<u2", mode="r", offset=data_start + begin, shape=((end - begin) // 2,)
-            )
-            # bfloat16 bits are the high half of the float32 with the same value.
-            upcast = (raw.astype(np.uint32) << 16).view(np.float32)
-            yield TensorRecord(name, upcast.reshape(entry["shape"]), "bfloat16")
+
+
+def _read_safetensors(path: Path, name: str) -> TensorRecord:
+    with _safe_open(path) as handle:
+        if name not in handle.keys():
+            raise _missing(path, name)
+        if handle.get_slice(name).get_dtype() == "BF16":
+            return _bf16_upcast(path, name)
+        array = handle.get_tensor(name)
+        return TensorRecord(name, array, str(array.dtype))
 
 
 def iter_tensors(path: str | os.PathLike[str]) -> Iterator[TensorRecord]:
-    """Yield every tensor of a ``.npy``, ``.npz`` or ``.safetensors`` file, one at a time.
+    """Yield every tensor of a tensor file (:data:`READ_FORMATS`), one at a time.
 
     Parameters
     ----------
@@ -102,16 +149,16 @@ def iter_tensors(path: str | os.PathLike[str]) -> Iterator[TensorRecord]:
     Raises
     ------
     ValueError
-        If the extension is not one of ``.npy``, ``.npz``, ``.safetensors``, or
-        the file is not a valid file of that kind.
+        If the extension is not one of :data:`READ_FORMATS`, or the file is not
+        a valid file of that kind (truncated, corrupt, pickled objects).
     FileNotFoundError
         If the file does not exist.
+    ImportError
+        For ``.safetensors`` without the safetensors package, ``.pt`` without torch.
     """
-    path = Path(path)
-    suffix = _suffix(path, "path")
-    if not path.is_file():
-        raise FileNotFoundError(f"path={str(path)!r} does not exist or is not a file")
-    try:
+    path = _existing(path)
+    suffix = path.suffix.lower()
+    with _file_errors(path):
         if suffix == ".npy":
             array = np.load(path, mmap_mode="r", allow_pickle=False)
             yield TensorRecord(path.stem, array, str(array.dtype))
@@ -120,22 +167,249 @@ def iter_tensors(path: str | os.PathLike[str]) -> Iterator[TensorRecord]:
                 for name in archive.files:
                     array = archive[name]
                     yield TensorRecord(name, array, str(array.dtype))
-        else:
+        elif suffix == ".safetensors":
             yield from _iter_safetensors(path)
-    except (zipfile.BadZipFile, struct.error, UnicodeDecodeError, ValueError) as error:
-        # ValueError covers NumPy's bad headers and its refusal of pickled objects.
-        raise ValueError(f"path={str(path)!r} is not a valid {suffix} file: {error}") from error
-    except Exception as error:
-        # safetensors raises its own SafetensorError for corrupt files.
-        if type(error).__name__ == "SafetensorError":
-            raise ValueError(f"path={str(path)!r} is not a valid {suffix} file: {error}") from error
+        else:
+            for name, tensor in _torch_tensors(path):
+                yield _torch_record(name, tensor)
+
+
+# ----------------------------------------------------------------------------
+# Errors, listing and random access
+# ----------------------------------------------------------------------------
+
+
+def _existing(path: str | os.PathLike[str]) -> Path:
+    path = Path(path)
+    _suffix(path, "path", READ_FORMATS)
+    if not path.is_file():
+        raise FileNotFoundError(f"path={str(path)!r} does not exist or is not a file")
+    return path
+
+
+class TensorNotFoundError(KeyError):
+    """:func:`read_tensor` was asked for a name the file does not hold."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _missing(path: Path, name: str) -> TensorNotFoundError:
+    return TensorNotFoundError(f"path={str(path)!r} has no tensor named {name!r}")
+
+
+@contextlib.contextmanager
+def _file_errors(path: Path) -> Iterator[None]:
+    """Turn every reader's own exception for a corrupt file into one ``ValueError``."""
+    suffix = path.suffix.lower()
+    try:
+        yield
+    except TensorNotFoundError:
         raise
+    except (
+        zipfile.BadZipFile,
+        struct.error,
+        UnicodeDecodeError,
+        ValueError,  # NumPy's bad headers and its refusal of pickled objects
+        KeyError,  # a safetensors header without the fields it needs
+        EOFError,
+        pickle.UnpicklingError,  # torch's weights_only refusal
+    ) as error:
+        raise ValueError(
+            f"path={str(path)!r} is not a valid {suffix} file: {_first_line(error)}"
+        ) from error
+    except Exception as error:
+        # safetensors raises SafetensorError; torch raises RuntimeError for bad archives.
+        if type(error).__name__ == "SafetensorError" or (
+            suffix in (".pt", ".pth") and isinstance(error, RuntimeError)
+        ):
+            raise ValueError(
+                f"path={str(path)!r} is not a valid {suffix} file: {_first_line(error)}"
+            ) from error
+        raise
+
+
+def _first_line(error: BaseException) -> str:
+    """The first line of a message: torch's run to a page, and errors here are one line."""
+    if isinstance(error, pickle.UnpicklingError):
+        return "it holds pickled objects other than tensors, which weights_only loading refuses"
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+_SAFETENSORS_DTYPES = {
+    "BOOL": "bool",
+    "U8": "uint8",
+    "I8": "int8",
+    "U16": "uint16",
+    "I16": "int16",
+    "U32": "uint32",
+    "I32": "int32",
+    "U64": "uint64",
+    "I64": "int64",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F32": "float32",
+    "F64": "float64",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+}
+
+
+def _import_torch() -> object:
+    try:
+        import torch
+    except ImportError as error:
+        raise ImportError(
+            "reading .pt/.pth state dicts needs torch: pip install 'nm-sparsity-ref[torch]'"
+        ) from error
+    return torch
+
+
+def _torch_tensors(path: Path) -> list[tuple[str, object]]:
+    """``(name, tensor)`` of a ``.pt`` state dict, nested dictionaries flattened with ``.``."""
+    torch = _import_torch()
+    try:
+        loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError as error:
+        if "mmap" not in str(error):
+            raise
+        # Files from torch < 1.6 (not zip archives) cannot be memory-mapped.
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+    found: list[tuple[str, object]] = []
+
+    def visit(prefix: str, value: object) -> None:
+        if isinstance(value, torch.Tensor):
+            found.append((prefix or path.stem, value))
+        elif isinstance(value, Mapping):
+            for key, item in value.items():
+                visit(f"{prefix}.{key}" if prefix else str(key), item)
+
+    visit("", loaded)
+    return found
+
+
+def _torch_record(name: str, tensor: object) -> TensorRecord:
+    source = str(tensor.dtype).removeprefix("torch.")
+    tensor = tensor.detach()
+    if tensor.is_floating_point() and tensor.dtype.itemsize < 4 and source != "float16":
+        # bfloat16 and float8 have no NumPy dtype; their float32 upcast is exact.
+        tensor = tensor.float()
+    return TensorRecord(name, tensor.numpy(), source)
+
+
+def list_tensors(path: str | os.PathLike[str]) -> list[TensorInfo]:
+    """Names, shapes and stored dtypes of every tensor of a file, in file order.
+
+    Reads only headers for ``.npy``, ``.npz`` and ``.safetensors``; a ``.pt``
+    file is memory-mapped.
+
+    Raises
+    ------
+    ValueError, FileNotFoundError, ImportError
+        As :func:`iter_tensors`.
+    """
+    path = _existing(path)
+    suffix = path.suffix.lower()
+    with _file_errors(path):
+        if suffix == ".npy":
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
+            return [TensorInfo(path.stem, tuple(array.shape), str(array.dtype))]
+        if suffix == ".npz":
+            infos = []
+            with zipfile.ZipFile(path) as archive:
+                for member in archive.namelist():
+                    with archive.open(member) as handle:
+                        version = np.lib.format.read_magic(handle)
+                        read_header = (
+                            np.lib.format.read_array_header_1_0
+                            if version == (1, 0)
+                            else np.lib.format.read_array_header_2_0
+                        )
+                        shape, _, dtype = read_header(handle)
+                    name = member.removesuffix(".npy")
+                    infos.append(TensorInfo(name, tuple(shape), str(dtype)))
+            return infos
+        if suffix == ".safetensors":
+            header, data_start = _safetensors_header(path)
+            size = path.stat().st_size
+            infos = []
+            for name, entry in header.items():
+                if name == "__metadata__":
+                    continue
+                if data_start + entry["data_offsets"][1] > size:
+                    raise ValueError(f"tensor {name!r} runs past the end of the file (truncated)")
+                dtype = _SAFETENSORS_DTYPES.get(entry["dtype"], entry["dtype"])
+                infos.append(TensorInfo(name, tuple(entry["shape"]), dtype))
+            # safetensors lists tensors sorted by name; match iter_tensors' order.
+            return sorted(infos, key=lambda info: info.name)
+        return [
+            TensorInfo(name, tuple(tensor.shape), str(tensor.dtype).removeprefix("torch."))
+            for name, tensor in _torch_tensors(path)
+        ]
+
+
+def read_tensor(path: str | os.PathLike[str], name: str) -> TensorRecord:
+    """Read one tensor of a file by name (BF16 as its exact float32 upcast).
+
+    Raises
+    ------
+    TensorNotFoundError
+        (a ``KeyError``) if the file has no tensor ``name``.
+    ValueError, FileNotFoundError, ImportError
+        As :func:`iter_tensors`.
+    """
+    path = _existing(path)
+    suffix = path.suffix.lower()
+    with _file_errors(path):
+        if suffix == ".npy":
+            if name != path.stem:
+                raise _missing(path, name)
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
+            return TensorRecord(name, array, str(array.dtype))
+        if suffix == ".npz":
+            with np.load(path, allow_pickle=False) as archive:
+                if name not in archive.files:
+                    raise _missing(path, name)
+                array = archive[name]
+            return TensorRecord(name, array, str(array.dtype))
+        if suffix == ".safetensors":
+            return _read_safetensors(path, name)
+        for key, tensor in _torch_tensors(path):
+            if key == name:
+                return _torch_record(key, tensor)
+        raise _missing(path, name)
 
 
 def _same_file(first: Path, second: Path) -> bool:
     if first.exists() and second.exists():
         return first.samefile(second)
     return first.resolve() == second.resolve()
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike[str]) -> Iterator[str]:
+    """Yield a temporary path beside ``path``; on success rename it onto ``path``.
+
+    Readers never see a half-written file, and a failure leaves ``path``
+    untouched and no temporary file behind. The file gets the mode a plain
+    ``open()`` would give it (``mkstemp`` alone makes it private, 0600).
+    """
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    descriptor, temporary = tempfile.mkstemp(
+        prefix=f".{path.name}.", suffix=path.suffix, dir=directory
+    )
+    os.close(descriptor)
+    try:
+        yield temporary
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def write_tensors(
@@ -181,10 +455,7 @@ def write_tensors(
             f"output={str(path)!r} is .npy, which holds one tensor, but there are "
             f"{len(tensors)}; use .npz or .safetensors"
         )
-    directory = path.parent if str(path.parent) else Path(".")
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=directory)
-    os.close(descriptor)
-    try:
+    with atomic_output(path) as temporary:
         if suffix == ".npy":
             (array,) = tensors.values()
             with open(temporary, "wb") as handle:
@@ -196,8 +467,4 @@ def write_tensors(
             from safetensors.numpy import save_file
 
             save_file({name: np.ascontiguousarray(a) for name, a in tensors.items()}, temporary)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
     return path

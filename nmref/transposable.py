@@ -395,8 +395,9 @@ def _solve_exact(
     method: str = "exact",
     parallel: bool = False,
     potentials: bool = False,
+    sums: bool = True,
 ) -> _ExactResult:
-    """Kernel driver for the exact methods; tiles the kernel cannot represent go to Python."""
+    """Kernel driver for the exact methods; tiles the kernels cannot solve go to Python."""
     from nmref import _flow_kernels as kernels  # deferred: importing numba costs ~0.3 s
 
     n, m = pattern
@@ -437,19 +438,20 @@ def _solve_exact(
                     bits, fraction_bits, m, n, max_bits, choice_columns, table,
                     mask, status, kept_units, exponents,
                 )  # fmt: skip
-        elif parallel:
-            import numba
-
-            chunks = 4 * numba.get_num_threads()
-            kernels.exact_tiles_parallel(
-                bits, fraction_bits, n, m, max_bits, chunks,
-                mask, status, kept_units, exponents, row_units, column_units,
-            )  # fmt: skip
         else:
-            kernels.exact_tiles(
-                bits, fraction_bits, n, m, max_bits,
-                mask, status, kept_units, exponents, row_units, column_units,
+            _flow_tiles(
+                kernels, bits, fraction_bits, pattern, np.arange(tiles, dtype=np.int64),
+                parallel, mask, status, kept_units, exponents, row_units, column_units,
             )  # fmt: skip
+        if method == "exact":
+            # Tiles too wide for the enumeration's int64 units: the flow kernel's
+            # certified truncated path solves most of them exactly.
+            wide = np.flatnonzero(status == kernels.TOO_WIDE)
+            if use_enumeration and len(wide):
+                _flow_tiles(
+                    kernels, bits, fraction_bits, pattern, wide.astype(np.int64), parallel,
+                    mask, status, kept_units, exponents, row_units, column_units,
+                )  # fmt: skip
     if (status == kernels.NOT_FINITE).any():
         # The kernels see every value, so the caller may skip its own pass over
         # the scores; this names the first bad index.
@@ -458,7 +460,21 @@ def _solve_exact(
     # Exact kept sums per tile as (units, exponent): Python ints only where needed.
     kept_exact: dict[int, tuple[int, int]] = {}
     row_potentials = column_potentials = None
-    solved = status == kernels.SOLVED
+    truncated = np.flatnonzero(status == kernels.SOLVED_TRUNCATED)
+    solved = (status == kernels.SOLVED) | (status == kernels.SOLVED_TRUNCATED)
+    if sums:
+        # The mask of a certified truncated tile is exact; its kept sum in floor
+        # units is not, so recompute it from the scores with Python ints.
+        for t in truncated:
+            tile_row, tile_column = divmod(int(t), tile_columns)
+            r0, c0 = tile_row * m, tile_column * m
+            units, exponent = exact_integer_tile(array[r0 : r0 + m, c0 : c0 + m])
+            kept_tile = mask[r0 : r0 + m, c0 : c0 + m]
+            total = sum(units[i][j] for i in range(m) for j in range(m) if kept_tile[i, j])
+            kept_exact[int(t)] = (total, exponent)
+            kept_sum[t] = float(Fraction(total) * Fraction(2) ** exponent)
+    else:
+        kept_sum[truncated] = np.nan  # not computed; callers that need sums ask
     if potentials:
         row_potentials = _exact_float_array(row_units, exponents, solved)
         row_potentials = row_potentials.reshape(tile_rows, tile_columns, m)
@@ -469,9 +485,9 @@ def _solve_exact(
     slow = np.flatnonzero(~solved)
     if len(slow) >= _SLOW_TILES_WARNING:
         warnings.warn(
-            f"{len(slow)} of {tiles} tiles span more bits than int64 holds (typical of float64 "
-            "scores with full 53-bit significands); they are solved exactly in Python, about "
-            "1000x slower. Pass float32 scores if your weights are float32.",
+            f"{len(slow)} of {tiles} tiles could not be solved with int64 arithmetic (near ties "
+            "below 2**-50 of a tile's largest score, or integers above 2**53); they are solved "
+            "exactly in Python, about 1000x slower.",
             RuntimeWarning,
             stacklevel=3,
         )
@@ -501,6 +517,37 @@ def _solve_exact(
         row_potentials,
         column_potentials,
     )
+
+
+def _flow_tiles(
+    kernels,
+    bits,
+    fraction_bits,
+    pattern,
+    tile_list,
+    parallel,
+    mask,
+    status,
+    kept_units,
+    exponents,
+    row_units,
+    column_units,
+) -> None:
+    """Run the flow kernel (serial or parallel) on the listed tiles."""
+    n, m = pattern
+    max_bits = kernels.max_unit_bits(m)
+    if parallel:
+        import numba
+
+        kernels.exact_tiles_parallel(
+            bits, fraction_bits, n, m, max_bits, tile_list, 4 * numba.get_num_threads(),
+            mask, status, kept_units, exponents, row_units, column_units,
+        )  # fmt: skip
+    else:
+        kernels.exact_tiles(
+            bits, fraction_bits, n, m, max_bits, tile_list,
+            mask, status, kept_units, exponents, row_units, column_units,
+        )  # fmt: skip
 
 
 def _masked_units(array: NDArray, pattern: Pattern, mask: NDArray[np.bool_]):
@@ -587,7 +634,9 @@ def transposable_mask(
         ``"exact"``: the optimum, canonical among ties (min-cost flow, or
         pattern enumeration where ``K(m, n) <= 90``; same mask either way).
         ``"brute"``: scan every pattern of :func:`transposable_patterns`
-        (``m <= 6``); the same mask as ``"exact"``. ``"greedy"``: the keep-form
+        (``m <= 6``); the same mask as ``"exact"`` (the literal oracle: tiles
+        too wide for int64, e.g. most float64 tiles, are scanned with Python
+        ints, slowly). ``"greedy"``: the keep-form
         greedy (Hubara et al.'s code, apex ``mn_2d_greedy``): scan by
         descending score, keep while the row and column keep fewer than ``n``;
         may keep fewer than ``n`` (valid only in the relaxed ``<= n`` sense);
@@ -619,11 +668,11 @@ def transposable_mask(
     Exact: per tile, integer scaling (O(m^2)), a start that satisfies
     complementary slackness, successive shortest paths for the remaining
     units (O(n m^3) worst case), then the canonical tie pass (O(m^2) per tied
-    entry). Tiles whose dynamic range exceeds int64 (``max_unit_bits``) are
-    solved by the Python-int reference, exactly but about 1000x slower. float32,
-    float16, bool and integer scores practically never need it; **float64
-    scores with full 53-bit significands usually do** (53 bits plus the tile's
-    exponent spread): pass float32 scores when the weights are float32.
+    entry). Tiles whose dynamic range exceeds int64 (most float64 tiles) are
+    solved on floor units and the result is certified exactly by integer
+    potentials (Bellman-Ford on the slackness constraints); only a near tie
+    below the truncation sends a tile to the Python-int reference (exact,
+    about 1000x slower; a ``RuntimeWarning`` says so when 64 or more tiles go).
 
     References
     ----------
@@ -651,7 +700,7 @@ def transposable_mask(
         raise ValueError(f"method='brute' needs m <= {BRUTE_MAX_M}, got m={pattern.m}")
     if greedy:
         return _greedy(array, pattern, prune_form=method == "greedy-prune")
-    return _solve_exact(array, pattern, method=method, parallel=parallel).mask
+    return _solve_exact(array, pattern, method=method, parallel=parallel, sums=False).mask
 
 
 def _greedy(array: NDArray, pattern: Pattern, prune_form: bool) -> NDArray[np.bool_]:

@@ -15,7 +15,12 @@ from collections.abc import Sequence
 
 # Modules that provide ``add_parser(subparsers) -> None``; each registers one or
 # more subcommands whose ``func(args) -> int`` runs them.
-SUBCOMMANDS: tuple[str, ...] = ("nmsim.format_commands", "nmsim.perf_cli", "nmsim.verify")
+SUBCOMMANDS: tuple[str, ...] = (
+    "nmsim.format_commands",
+    "nmsim.perf_cli",
+    "nmsim.report_cli",
+    "nmsim.verify",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

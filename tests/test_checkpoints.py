@@ -71,3 +71,14 @@ def test_unknown_extension_and_missing_file(tmp_path):
         list(iter_tensors(tmp_path / "w.bin"))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         list(iter_tensors(tmp_path / "w.npy"))
+
+
+def test_written_files_get_the_mode_of_a_plain_open(tmp_path):
+    import os
+
+    umask = os.umask(0o022)
+    try:
+        path = write_tensors(tmp_path / "t.npz", _tensors())
+    finally:
+        os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o644

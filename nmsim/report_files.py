@@ -1,0 +1,232 @@
+"""Files of ``nmsim report --out DIR``: the JSON, a CSV, and PNG plots.
+
+Nothing in DIR is ever replaced silently: every file is checked before the first
+is written, and an existing one is an error unless ``force``. Each file is
+written to a temporary name and renamed, so a failure leaves no half file.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nmref.checkpoints import atomic_output
+from nmref.layouts import to_reduction_matrix
+from nmref.masks import magnitude_mask
+from nmref.patterns import parse_pattern
+
+__all__ = ["csv_rows", "planned_files", "write_outputs"]
+
+JSON_NAME = "report.json"
+CSV_NAME = "report.csv"
+KEPT_PLOT = "kept_fraction.png"
+SPEEDUP_PLOT = "speedup.png"
+HEATMAP_PLOT = "mask_heatmap.png"
+
+
+def csv_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One flat row per tensor: shape facts, per-method kept fraction, FLOPs and time."""
+    methods = report["settings"]["methods"]
+    rows = []
+    for entry in report["tensors"]:
+        align = entry["alignment"] or {}
+        row: dict[str, Any] = {
+            "name": entry["name"],
+            "shape": "x".join(str(s) for s in entry["shape"]),
+            "parameters": entry["parameters"],
+            "status": entry["status"],
+            "reason": entry["reason"] or "",
+            "layout": entry["layout"] or "",
+            "groups_fit": align.get("groups_fit", ""),
+            "tiles_fit": align.get("tiles_fit", ""),
+        }
+        for key in methods:
+            result = entry["methods"].get(key) or {}
+            row[f"{key}_kept_fraction"] = result.get("kept_fraction", "")
+            if key == "greedy":
+                row["greedy_optimality_gap"] = result.get("optimality_gap", "")
+        for cost, label in (("flops", "flops"), ("time", "seconds")):
+            block = entry[cost] or {}
+            row[f"dense_{label}"] = (block.get("dense") or {}).get("total", "")
+            for key in methods:
+                method = (block.get("methods") or {}).get(key) or {}
+                row[f"{key}_{label}"] = method.get("total", "")
+            if cost == "flops":
+                for key in methods:
+                    method = (block.get("executed") or {}).get(key) or {}
+                    row[f"{key}_executed_flops"] = method.get("total", "")
+        rows.append(row)
+    return rows
+
+
+def planned_files(report: dict[str, Any], directory: Path) -> list[Path]:
+    """The files :func:`write_outputs` would write for this report."""
+    names = [JSON_NAME, CSV_NAME, KEPT_PLOT, HEATMAP_PLOT]
+    if report["totals"]["time"] is not None:
+        names.insert(3, SPEEDUP_PLOT)
+    return [directory / name for name in names]
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    with atomic_output(path) as temporary, open(temporary, "wb") as handle:
+        handle.write(data)
+
+
+def _figure_bytes(figure: Any) -> bytes:
+    buffer = io.BytesIO()
+    # Fixed metadata: the same report gives byte-identical PNGs.
+    figure.savefig(buffer, format="png", dpi=110, metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def _kept_plot(report: dict[str, Any]) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    entries = [e for e in report["tensors"] if e["status"] == "ok"]
+    methods = [k for k in report["settings"]["methods"] if report["columns"][k]["available"]]
+    figure, axes = plt.subplots(figsize=(max(6.0, 0.35 * len(entries) + 2), 4.2))
+    width = 0.8 / max(len(methods), 1)
+    positions = np.arange(len(entries))
+    for index, key in enumerate(methods):
+        values = [((e["methods"].get(key) or {}).get("kept_fraction", np.nan)) for e in entries]
+        axes.bar(positions + index * width, values, width, label=report["columns"][key]["title"])
+    axes.set_xticks(positions + width * (len(methods) - 1) / 2)
+    axes.set_xticklabels([e["name"] for e in entries], rotation=70, ha="right", fontsize=7)
+    axes.set_ylabel("kept fraction of |w|")
+    # Headroom above 1 keeps the legend off the bars.
+    axes.set_ylim(0, 1.4)
+    axes.set_yticks(np.linspace(0, 1, 6))
+    axes.set_title(
+        f"{report['checkpoint']['source']}: kept |w| per layer at {report['settings']['pattern']}"
+    )
+    axes.legend(fontsize=8, loc="upper center", ncol=2)
+    figure.tight_layout()
+    data = _figure_bytes(figure)
+    plt.close(figure)
+    return data
+
+
+def _speedup_plot(report: dict[str, Any]) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    entries = [e for e in report["tensors"] if e["status"] == "ok" and e["time"]]
+    methods = [k for k in report["settings"]["methods"] if report["columns"][k]["available"]]
+    figure, axes = plt.subplots(figsize=(max(6.0, 0.35 * len(entries) + 2), 4.2))
+    width = 0.8 / max(len(methods), 1)
+    positions = np.arange(len(entries))
+    for index, key in enumerate(methods):
+        values = []
+        for entry in entries:
+            method_time = entry["time"]["methods"].get(key) or entry["time"]["dense"]
+            values.append(entry["time"]["dense"]["total"] / method_time["total"])
+        axes.bar(positions + index * width, values, width, label=report["columns"][key]["title"])
+    axes.axhline(1.0, color="black", linewidth=0.8)
+    highest = max((bar.get_height() for bar in axes.patches), default=1.0)
+    axes.set_ylim(0, 1.6 * max(highest, 1.0))
+    axes.set_xticks(positions + width * (len(methods) - 1) / 2)
+    axes.set_xticklabels([e["name"] for e in entries], rotation=70, ha="right", fontsize=7)
+    axes.set_ylabel("estimated training-step GEMM speedup")
+    settings = report["settings"]
+    axes.set_title(
+        f"{settings['gpu']}, {settings['dtype']}, {settings['batch_tokens']} tokens, "
+        f"{settings['pattern']}"
+    )
+    axes.legend(fontsize=8, loc="upper center", ncol=2)
+    figure.tight_layout()
+    data = _figure_bytes(figure)
+    plt.close(figure)
+    return data
+
+
+def _heatmap(report: dict[str, Any], weights: dict[str, np.ndarray]) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pattern = parse_pattern(report["settings"]["pattern"])
+    figure, axes = plt.subplots(figsize=(6.4, 5.0))
+    if not weights:
+        axes.text(0.5, 0.5, "no tensor with a 1-D mask", ha="center", va="center")
+        axes.set_axis_off()
+    else:
+        ((name, weight),) = weights.items()
+        entry = next(e for e in report["tensors"] if e["name"] == name)
+        layout = entry["layout"]
+        mask = magnitude_mask(weight, pattern.n, pattern.m, layout=layout)
+        # A corner small enough to see single groups (and M x M tiles).
+        rows, cols = 4 * pattern.m, 8 * pattern.m
+        matrix = to_reduction_matrix(np.abs(weight), layout)[:rows, :cols].astype(np.float64)
+        kept = to_reduction_matrix(mask, layout)[:rows, :cols]
+        shown = np.where(kept, matrix, np.nan)
+        image = axes.imshow(shown, cmap="viridis", interpolation="nearest")
+        figure.colorbar(image, ax=axes, label="|w| of kept entries (pruned: blank)")
+        axes.set_title(
+            f"{name} [{layout}], 1-D {pattern} mask, top-left {kept.shape[0]}x{kept.shape[1]}",
+            fontsize=9,
+        )
+        for edge in range(pattern.m, kept.shape[1], pattern.m):
+            axes.axvline(edge - 0.5, color="black", linewidth=0.6)
+        for edge in range(pattern.m, kept.shape[0], pattern.m):
+            axes.axhline(edge - 0.5, color="gray", linewidth=0.4, linestyle=":")
+        axes.set_xlabel(f"reduction axis (solid lines: groups of M={pattern.m})")
+        axes.set_ylabel("row (dotted: M x M tiles)")
+    figure.tight_layout()
+    data = _figure_bytes(figure)
+    plt.close(figure)
+    return data
+
+
+def write_outputs(
+    report: dict[str, Any],
+    directory: str | os.PathLike[str],
+    heatmap_weight: dict[str, np.ndarray],
+    *,
+    force: bool = False,
+) -> list[Path]:
+    """Write the JSON, CSV and plots into ``directory`` (created if missing).
+
+    Raises
+    ------
+    ValueError
+        If any file exists and ``force`` is false, or ``directory`` is a file.
+    """
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"--out {str(directory)!r} exists and is not a folder")
+    paths = planned_files(report, directory)
+    existing = [p.name for p in paths if p.exists()]
+    if existing and not force:
+        raise ValueError(
+            f"--out {str(directory)!r} already holds {', '.join(existing)}; "
+            "choose another folder or pass --force to replace them"
+        )
+    directory.mkdir(parents=True, exist_ok=True)
+    rows = csv_rows(report)
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]) if rows else ["name"])
+    writer.writeheader()
+    writer.writerows(rows)
+    contents = {
+        JSON_NAME: (json.dumps(report, indent=1, allow_nan=False) + "\n").encode(),
+        CSV_NAME: text.getvalue().encode(),
+        KEPT_PLOT: _kept_plot(report),
+        HEATMAP_PLOT: _heatmap(report, heatmap_weight),
+    }
+    if report["totals"]["time"] is not None:
+        contents[SPEEDUP_PLOT] = _speedup_plot(report)
+    for path in paths:
+        _atomic_write(path, contents[path.name])
+    return paths

@@ -1,0 +1,359 @@
+"""What ``nmsim report`` can compute: mask methods and cost models, as a registry.
+
+Every column of the report comes from an entry here. An entry names the public
+functions it needs (``"module:attribute"``); when one is missing (the method has
+not landed in this installation), the entry is *unavailable*: the report says so
+with the reason and leaves the column empty. No entry ever substitutes a number
+from elsewhere.
+
+Mask methods (``--methods``) take one tensor and return its kept magnitude and
+the SHA-256 of its mask; cost models turn a tensor's shape into training FLOPs
+(per GEMM) and estimated GEMM times on a GPU. Definitions: ``specs/report.md``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from nmref.layouts import from_reduction_matrix, to_reduction_matrix
+from nmref.masks import magnitude_mask
+from nmref.patterns import Pattern
+
+__all__ = [
+    "COST_MODELS",
+    "GEMMS",
+    "MASK_METHODS",
+    "CostModel",
+    "MaskMethod",
+    "TensorContext",
+    "availability",
+    "mask_digest",
+]
+
+GEMMS = ("forward", "input_grad", "weight_grad")
+
+
+def mask_digest(mask: NDArray[np.bool_]) -> str:
+    """SHA-256 of a boolean mask: its shape, then its bits packed in C order.
+
+    Two implementations agree on a mask exactly when their digests agree, so a
+    researcher can check their own masks against the report without the arrays.
+    """
+    array = np.ascontiguousarray(mask, dtype=bool)
+    digest = hashlib.sha256(repr(tuple(int(s) for s in array.shape)).encode())
+    digest.update(np.packbits(array.ravel()).tobytes())
+    return digest.hexdigest()
+
+
+@dataclass
+class TensorContext:
+    """One weight and what every method needs from it.
+
+    Attributes
+    ----------
+    name : str
+    weight : ndarray of float
+        The tensor as read (BF16 already upcast exactly).
+    layout : str
+        Its layout (``nmref.layouts``).
+    pattern : Pattern
+    magnitudes : ndarray
+        ``|weight|`` in the weight's dtype.
+    total_magnitude : float
+        ``sum(|weight|)`` accumulated in float64.
+    seed : int
+        Seed for randomised methods (Bi-Mask's permutation search), already
+        combined with the tensor name.
+    options : dict
+        Method options (``bimask_candidates``).
+    results : dict
+        Results of methods computed earlier for this tensor (greedy reuses the
+        exact transposable optimum).
+    """
+
+    name: str
+    weight: NDArray
+    layout: str
+    pattern: Pattern
+    magnitudes: NDArray
+    total_magnitude: float
+    seed: int
+    options: dict[str, Any]
+    results: dict[str, dict[str, Any]]
+
+    def kept_magnitude(self, mask: NDArray[np.bool_]) -> float:
+        """``sum(|w|)`` over the kept entries of a weight-shaped mask, accumulated in float64."""
+        return float(np.sum(self.magnitudes, dtype=np.float64, where=mask))
+
+    def matrix_scores(self) -> NDArray:
+        """``|w|`` as the ``[rows, reduction]`` matrix of the tensor's layout."""
+        return to_reduction_matrix(self.magnitudes, self.layout)
+
+    def summary(self, mask: NDArray[np.bool_], **extra: Any) -> dict[str, Any]:
+        """The fields every mask method reports."""
+        kept = self.kept_magnitude(mask)
+        fraction = kept / self.total_magnitude if self.total_magnitude > 0 else 1.0
+        return {
+            "kept_magnitude": kept,
+            "kept_fraction": fraction,
+            "density": float(np.count_nonzero(mask) / mask.size) if mask.size else 0.0,
+            "mask_sha256": mask_digest(mask),
+            **extra,
+        }
+
+
+# ----------------------------------------------------------------------------
+# Availability
+# ----------------------------------------------------------------------------
+
+
+def _resolve(requirement: str) -> Any:
+    module_name, attribute = requirement.split(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, attribute)
+
+
+def availability(requires: tuple[str, ...], provider: str) -> str | None:
+    """``None`` when every required ``"module:attribute"`` exists, else the reason it does not."""
+    missing = []
+    for requirement in requires:
+        try:
+            _resolve(requirement)
+        except (ImportError, AttributeError):
+            missing.append(requirement.replace(":", "."))
+    if not missing:
+        return None
+    return f"needs {', '.join(missing)} ({provider}), not in this installation"
+
+
+# ----------------------------------------------------------------------------
+# Mask methods
+# ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MaskMethod:
+    """One mask method: a column group of the report.
+
+    ``compute(context)`` returns :meth:`TensorContext.summary` plus its own
+    fields, or raises ``ValueError`` when the method does not apply to this
+    tensor (the message is reported as the reason).
+    """
+
+    key: str
+    title: str
+    description: str
+    requires: tuple[str, ...]
+    provider: str
+    flops_method: str
+    compute: Callable[[TensorContext], dict[str, Any]]
+
+    def unavailable(self) -> str | None:
+        """Why this method cannot run here, or ``None``."""
+        return availability(self.requires, self.provider)
+
+
+def _one_d(context: TensorContext) -> dict[str, Any]:
+    pattern = context.pattern
+    mask = magnitude_mask(context.weight, pattern.n, pattern.m, layout=context.layout)
+    return context.summary(mask)
+
+
+def _transposable_mask(context: TensorContext, method: str) -> NDArray[np.bool_]:
+    transposable_mask = _resolve("nmref.transposable:transposable_mask")
+    pattern = context.pattern
+    matrix_mask = np.asarray(
+        transposable_mask(context.matrix_scores(), pattern.n, pattern.m, method=method), dtype=bool
+    )
+    return from_reduction_matrix(matrix_mask, context.weight.shape, context.layout)
+
+
+def _transposable_exact(context: TensorContext) -> dict[str, Any]:
+    return context.summary(_transposable_mask(context, "exact"))
+
+
+def _transposable_greedy(context: TensorContext) -> dict[str, Any]:
+    exact = context.results.get("transposable")
+    if exact is None:
+        exact = _transposable_exact(context)
+    result = context.summary(_transposable_mask(context, "greedy"))
+    optimum = exact["kept_magnitude"]
+    gap = (optimum - result["kept_magnitude"]) / optimum if optimum > 0 else 0.0
+    result["optimality_gap"] = gap
+    return result
+
+
+def _bimask(context: TensorContext) -> dict[str, Any]:
+    search_permutation = _resolve("nmref.bimask:search_permutation")
+    backward_mask = _resolve("nmref.bimask:backward_mask")
+    pattern = context.pattern
+    forward = magnitude_mask(context.weight, pattern.n, pattern.m, layout=context.layout)
+    search = search_permutation(
+        context.weight,
+        pattern.n,
+        pattern.m,
+        candidates=int(context.options.get("bimask_candidates", 100)),
+        rng=np.random.default_rng(context.seed),
+        layout=context.layout,
+    )
+    backward = np.asarray(
+        backward_mask(
+            context.weight, forward, search.permutation, pattern.n, pattern.m, layout=context.layout
+        ),
+        dtype=bool,
+    )
+    result = context.summary(backward)
+    result["forward_kept_fraction"] = context.summary(forward)["kept_fraction"]
+    result["permutation_score"] = int(search.score)
+    return result
+
+
+MASK_METHODS: dict[str, MaskMethod] = {
+    method.key: method
+    for method in (
+        MaskMethod(
+            "1d",
+            "1-D N:M",
+            "N largest |w| in every M consecutive weights along the reduction axis "
+            "(nmref.magnitude_mask; Zhou et al. 2021)",
+            ("nmref:magnitude_mask",),
+            "nmref core",
+            "srste",
+            _one_d,
+        ),
+        MaskMethod(
+            "transposable",
+            "transposable exact",
+            "optimal transposable N:M mask: N per row and per column of every M x M tile "
+            "(nmref.transposable.transposable_mask method='exact'; Hubara et al. 2021)",
+            ("nmref.transposable:transposable_mask",),
+            "issue 3",
+            "transposable",
+            _transposable_exact,
+        ),
+        MaskMethod(
+            "greedy",
+            "transposable greedy",
+            "greedy transposable N:M mask and its optimality gap against the exact one "
+            "(nmref.transposable.transposable_mask method='greedy', keep form)",
+            ("nmref.transposable:transposable_mask",),
+            "issue 3",
+            "transposable",
+            _transposable_greedy,
+        ),
+        MaskMethod(
+            "bimask",
+            "Bi-Mask backward",
+            "Bi-Mask backward mask after the permutation search (nmref.bimask; "
+            "Zhang et al. 2023); kept fraction of the backward (input-gradient) mask",
+            ("nmref.bimask:search_permutation", "nmref.bimask:backward_mask"),
+            "issue 6",
+            "bimask",
+            _bimask,
+        ),
+    )
+}
+
+
+# ----------------------------------------------------------------------------
+# Cost models
+# ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """FLOP or time accounting for the GEMMs of one weight."""
+
+    key: str
+    title: str
+    requires: tuple[str, ...]
+    provider: str
+
+    def unavailable(self) -> str | None:
+        """Why this model cannot run here, or ``None``."""
+        return availability(self.requires, self.provider)
+
+
+COST_MODELS: dict[str, CostModel] = {
+    "flops": CostModel(
+        "flops",
+        "training FLOPs per GEMM",
+        ("nmsim.flops:method_phases", "nmsim.flops:gemm_densities"),
+        "training-FLOP accounting, issue 5",
+    ),
+    "time": CostModel(
+        "time",
+        "estimated GEMM time",
+        ("nmsim.gemm:gemm_time", "nmsim.hardware:get_gpu"),
+        "GEMM time model and GPU database, issue 5",
+    ),
+}
+
+
+def gemm_shapes(shape: tuple[int, ...], tokens: int) -> dict[str, tuple[int, int, int]]:
+    """``(m, n, k)`` of the three training GEMMs of a weight, the weight being operand A.
+
+    The weight is ``[out, k_in]`` with ``k_in = prod(shape[1:])`` (a convolution
+    as its im2col GEMM) and ``tokens`` activation rows: forward ``Y = W X``
+    (``out x tokens x k_in``), input gradient ``dX = W^T dY`` (``k_in x tokens x
+    out``), weight gradient ``dW = dY X^T`` (``out x k_in x tokens``).
+    """
+    out = int(shape[0])
+    k_in = int(np.prod(shape[1:], dtype=np.int64))
+    return {
+        "forward": (out, tokens, k_in),
+        "input_grad": (k_in, tokens, out),
+        "weight_grad": (out, k_in, tokens),
+    }
+
+
+def method_densities(
+    flops_method: str, pattern: Pattern, accounting: str = "ideal"
+) -> dict[str, float]:
+    """Phase-weighted density of each GEMM for a method (``nmsim.flops``).
+
+    ``accounting="ideal"`` counts only products with a kept weight (N/M);
+    ``"hardware"`` counts what a 2:4 sparse tensor core executes
+    (``nmsim.flops.gemm_densities``): never below 1/2, dense where the pattern
+    or the operand cannot use the sparse path.
+    """
+    method_phases = _resolve("nmsim.flops:method_phases")
+    gemm_densities = _resolve("nmsim.flops:gemm_densities")
+    densities = dict.fromkeys(GEMMS, 0.0)
+    for phase in method_phases(flops_method, f"{pattern.n}:{pattern.m}"):
+        phase_densities = gemm_densities(phase, pattern, accounting)
+        for gemm in GEMMS:
+            densities[gemm] += phase.fraction * phase_densities.get(gemm)
+    return densities
+
+
+def gemm_seconds(
+    gpu: str, shape: tuple[int, int, int], dtype: str, pattern: Pattern | None
+) -> tuple[float, tuple[str, ...]]:
+    """Estimated time of one GEMM (``nmsim.gemm.gemm_time``) and the model's notes.
+
+    ``pattern=None`` is dense. Patterns the hardware cannot accelerate run
+    dense (``incompatible="dense"``); the notes then say so.
+    """
+    gemm_time = _resolve("nmsim.gemm:gemm_time")
+    m, n, k = shape
+    sparse = None if pattern is None else f"{pattern.n}:{pattern.m}"
+    estimate = gemm_time(gpu, m, n, k, dtype=dtype, sparse=sparse, incompatible="dense")
+    return float(estimate.time_s), tuple(str(note) for note in getattr(estimate, "notes", ()))
+
+
+def check_gpu(gpu: str) -> str:
+    """Validate a GPU name with the GPU database (``nmsim.hardware.get_gpu``)."""
+    get_gpu = _resolve("nmsim.hardware:get_gpu")
+    try:
+        found = get_gpu(gpu)
+    except KeyError as error:
+        raise ValueError(str(error).strip("'\"")) from error
+    return str(getattr(found, "key", gpu))
