@@ -3,7 +3,10 @@
 ``nmref mask IN --pattern 2:4 -o OUT``
     Write the N:M magnitude mask (or, with ``--apply``, the masked weights) of
     every eligible tensor of ``IN``.
-``nmref check MASK --pattern 2:4``
+``nmref mask IN --pattern 4:8 --transposable [--method exact] -o OUT``
+    Transposable masks: n kept per row and per column of every aligned m x m
+    tile of the layout's ``[rows, reduction]`` matrix (``specs/transposable.md``).
+``nmref check MASK --pattern 2:4 [--transposable]``
     Exit 0 when every eligible tensor of ``MASK`` is N:M (nonzero = kept), else
     exit 1 naming the first violating tensor and group.
 ``nmref demo``
@@ -85,9 +88,16 @@ def run_mask(args: argparse.Namespace) -> int:
     for record in _selected(args.input, args, need_float=True, skipped=skipped):
         layout = _layout(args, record.array.ndim)
         try:
-            mask = magnitude_mask(
-                record.array, pattern.n, pattern.m, layout=layout, remainder=args.remainder
-            )
+            if args.transposable:
+                from nmref.transposable import transposable_weight_mask
+
+                mask = transposable_weight_mask(
+                    record.array, pattern.n, pattern.m, layout=layout, method=args.method
+                )
+            else:
+                mask = magnitude_mask(
+                    record.array, pattern.n, pattern.m, layout=layout, remainder=args.remainder
+                )
         except (ValueError, TypeError) as error:
             raise CommandError(
                 f"tensor {record.name!r} {tuple(record.array.shape)}: {error}"
@@ -114,6 +124,46 @@ def _describe_group(shape: tuple[int, ...], layout: str, row: int, group: int, m
     )
 
 
+def _check_transposable(
+    record: TensorRecord, layout: str, pattern: Pattern, args: argparse.Namespace
+) -> int:
+    """Check one tensor's aligned m x m tiles; print the first bad tile and return 1 if any."""
+    n, m = pattern
+    try:
+        matrix = to_reduction_matrix(record.array, layout)
+        rows, columns = matrix.shape
+        if rows % m or columns % m:
+            raise ValueError(
+                f"[rows, reduction] matrix {matrix.shape} of layout {layout!r} must have both "
+                f"dimensions multiples of m={m} for m x m tiles"
+            )
+    except (ValueError, TypeError) as error:
+        raise CommandError(
+            f"tensor {record.name!r} {tuple(record.array.shape)}: {error}"
+        ) from error
+    kept = (matrix != 0).reshape(rows // m, m, columns // m, m)
+    row_counts = kept.sum(axis=3)  # (tile row, row in tile, tile column)
+    column_counts = kept.sum(axis=1)  # (tile row, tile column, column in tile)
+    if args.relaxed:
+        bad = (row_counts > n).any(axis=1) | (column_counts > n).any(axis=2)
+    else:
+        bad = (row_counts != n).any(axis=1) | (column_counts != n).any(axis=2)
+    if not bad.any():
+        return 0
+    tile_row, tile_column = (int(i) for i in np.argwhere(bad)[0])
+    rule = f"at most {n}" if args.relaxed else f"exactly {n}"
+    print(
+        f"INVALID: tensor {record.name!r}: tile ({tile_row}, {tile_column}) of the {layout!r} "
+        f"[rows, reduction] matrix (rows {tile_row * m}..{tile_row * m + m - 1}, columns "
+        f"{tile_column * m}..{tile_column * m + m - 1}) keeps row counts "
+        f"{row_counts[tile_row, :, tile_column].tolist()} and column counts "
+        f"{column_counts[tile_row, tile_column].tolist()}, expected {rule} each "
+        f"({int(bad.sum())} violating tile(s) in this tensor)",
+        file=sys.stderr,
+    )
+    return 1
+
+
 def run_check(args: argparse.Namespace) -> int:
     """``nmref check``: exit 0 if every eligible tensor is N:M, 1 naming the first violation."""
     pattern: Pattern = args.pattern
@@ -121,6 +171,12 @@ def run_check(args: argparse.Namespace) -> int:
     checked = 0
     for record in _selected(args.mask, args, need_float=False, skipped=skipped):
         layout = _layout(args, record.array.ndim)
+        if args.transposable:
+            checked += 1
+            status = _check_transposable(record, layout, pattern, args)
+            if status:
+                return status
+            continue
         try:
             matrix = to_reduction_matrix(record.array, layout)
             violations = nm_violations(
@@ -147,7 +203,8 @@ def run_check(args: argparse.Namespace) -> int:
         raise CommandError(f"no eligible tensor in {args.mask!r} (need ndim >= 2)")
     _report_skipped(skipped)
     kind = "at most" if args.relaxed else "exactly"
-    print(f"OK: {checked} tensor(s) keep {kind} {pattern.n} of every {pattern.m}")
+    where = " in every row and column of every tile" if args.transposable else ""
+    print(f"OK: {checked} tensor(s) keep {kind} {pattern.n} of every {pattern.m}{where}")
     return 0
 
 
@@ -213,6 +270,17 @@ def build_parser() -> argparse.ArgumentParser:
     mask.add_argument("input", help=".npy, .npz or .safetensors file")
     mask.add_argument("-o", "--output", required=True, help="output file (.npy/.npz/.safetensors)")
     add_filters(mask)
+    mask.add_argument(
+        "--transposable",
+        action="store_true",
+        help="transposable N:M: n per row and per column of every aligned m x m tile",
+    )
+    mask.add_argument(
+        "--method",
+        choices=("exact", "greedy", "greedy-prune", "brute"),
+        default="exact",
+        help="transposable solver (default exact; see specs/transposable.md)",
+    )
     mask.add_argument("--apply", action="store_true", help="write masked weights, not masks")
     mask.add_argument("--force", action="store_true", help="replace an existing output")
     mask.set_defaults(func=run_mask)
@@ -221,6 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("mask", help=".npy, .npz or .safetensors file (nonzero = kept)")
     add_filters(check)
     check.add_argument("--relaxed", action="store_true", help="accept at most N kept per group")
+    check.add_argument(
+        "--transposable", action="store_true", help="check rows and columns of m x m tiles"
+    )
     check.set_defaults(func=run_check)
 
     demo = subparsers.add_parser("demo", help="mask and check a small built-in example")

@@ -138,3 +138,44 @@ def test_python_dash_m_from_another_directory(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "keep exactly 2 of every 4" in result.stdout
+
+
+def test_transposable_mask_then_check(tmp_path, capsys):
+    from nmref.transposable import transposable_weight_mask
+
+    rng = np.random.default_rng(3)
+    weights = write_tensors(
+        tmp_path / "w.npz",
+        {
+            "fc.weight": rng.standard_normal((16, 32)).astype(np.float32),
+            "conv.weight": rng.standard_normal((8, 8, 3, 3)).astype(np.float32),
+        },
+    )
+    masks = tmp_path / "t.npz"
+    argv = ["mask", str(weights), "--pattern", "4:8", "--transposable", "-o", str(masks)]
+    assert main(argv) == 0
+    source = {r.name: r.array for r in iter_tensors(weights)}
+    for record in iter_tensors(masks):
+        expected = transposable_weight_mask(source[record.name], 4, 8)
+        np.testing.assert_array_equal(record.array, expected)
+    assert main(["check", str(masks), "--pattern", "4:8", "--transposable"]) == 0
+    assert "in every row and column of every tile" in capsys.readouterr().out
+    # A 1-D mask is N:M along rows but not along tile columns.
+    one_d = tmp_path / "one_d.npz"
+    assert main(["mask", str(weights), "--pattern", "4:8", "-o", str(one_d)]) == 0
+    capsys.readouterr()
+    assert main(["check", str(one_d), "--pattern", "4:8", "--transposable"]) == 1
+    error = capsys.readouterr().err
+    assert "INVALID" in error and "tile (" in error and "column counts" in error
+
+
+def test_transposable_greedy_passes_only_the_relaxed_check(tmp_path, capsys):
+    weights = write_tensors(
+        tmp_path / "w.npz", {"w": np.random.default_rng(5).standard_normal((64, 64))}
+    )
+    greedy = tmp_path / "g.npz"
+    argv = ["mask", str(weights), "--pattern", "4:8", "--transposable", "--method", "greedy"]
+    assert main([*argv, "-o", str(greedy)]) == 0
+    assert main(["check", str(greedy), "--pattern", "4:8", "--transposable", "--relaxed"]) == 0
+    # The keep-form greedy under-fills some tile on this input (exact check fails).
+    assert main(["check", str(greedy), "--pattern", "4:8", "--transposable"]) == 1
