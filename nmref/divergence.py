@@ -23,6 +23,8 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from nmref.masks import to_bool_mask
+
 __all__ = [
     "flip_rate",
     "mask_flips",
@@ -33,18 +35,7 @@ __all__ = [
 
 def _as_mask(mask: ArrayLike, name: str) -> NDArray[np.bool_]:
     array = np.asarray(mask)
-    if array.dtype.kind == "b":
-        return array
-    if array.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must be bool or numeric 0/1, got dtype={array.dtype}")
-    binary = (array == 0) | (array == 1)
-    if not binary.all():
-        index = np.unravel_index(int(np.flatnonzero(~binary)[0]), array.shape)
-        raise ValueError(
-            f"{name} must contain only 0 and 1; found {array[index]!r} at index "
-            f"{tuple(int(i) for i in index)}"
-        )
-    return array == 1
+    return to_bool_mask(array, name)
 
 
 def _pair(a: ArrayLike, b: ArrayLike) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:

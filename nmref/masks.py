@@ -70,6 +70,31 @@ def _raise_nan(shape: tuple[int, ...], flat_index: int, name: str) -> None:
     )
 
 
+def to_bool_mask(mask: ArrayLike, name: str = "mask") -> NDArray[np.bool_]:
+    """Return a 0/1 mask as bool; any other value is an error, never read as "nonzero = kept".
+
+    Raises
+    ------
+    TypeError
+        If the dtype is not bool, integer or float.
+    ValueError
+        If an entry is neither 0 nor 1 (the message names the first one).
+    """
+    array = np.asarray(mask)
+    if array.dtype.kind == "b":
+        return array
+    if array.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be bool or numeric 0/1, got dtype={array.dtype}")
+    binary = (array == 0) | (array == 1)
+    if not binary.all():
+        index = np.unravel_index(int(np.flatnonzero(~binary)[0]), array.shape)
+        raise ValueError(
+            f"{name} must contain only 0 and 1; found {array[index]!r} at index "
+            f"{tuple(int(i) for i in index)}"
+        )
+    return array == 1
+
+
 def to_magnitudes(weights: ArrayLike, name: str = "weights") -> NDArray:
     """Return ``|weights|`` without overflow or lossy casts (rule C5).
 

@@ -36,7 +36,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from nmref.layouts import Layout
-from nmref.masks import magnitude_mask
+from nmref.masks import magnitude_mask, to_bool_mask
 
 __all__ = [
     "SRSTE_DEFAULT_DECAY",
@@ -91,18 +91,7 @@ def as_binary_mask(
     array = np.asarray(mask)
     if array.shape != tuple(shape):
         raise ValueError(f"{name} has shape {array.shape}, expected {tuple(shape)}")
-    if array.dtype.kind == "b":
-        return array
-    if array.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must be bool or numeric 0/1, got dtype={array.dtype}")
-    binary = (array == 0) | (array == 1)
-    if not binary.all():
-        index = np.unravel_index(int(np.flatnonzero(~binary)[0]), array.shape)
-        raise ValueError(
-            f"{name} must contain only 0 and 1; found {array[index]!r} at index "
-            f"{tuple(int(i) for i in index)}"
-        )
-    return array == 1
+    return to_bool_mask(array, name)
 
 
 # ----------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from nmref import flow
 from nmref.layouts import Layout, from_reduction_matrix, to_reduction_matrix
-from nmref.masks import _as_scores, is_nm, to_magnitudes
+from nmref.masks import _as_scores, _Descending, is_nm, to_magnitudes
 from nmref.patterns import Pattern, check_pattern
 
 __all__ = [
@@ -301,21 +301,6 @@ def _greedy_tile(tile: NDArray, pattern: Pattern, prune_form: bool) -> list[list
             row_count[i] += 1
             column_count[j] += 1
     return kept
-
-
-class _Descending:
-    __slots__ = ("value",)
-
-    def __init__(self, value: object) -> None:
-        self.value = value
-
-    def __lt__(self, other: _Descending) -> bool:
-        return bool(self.value > other.value)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Descending) and bool(self.value == other.value)
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 def transposable_mask_reference(
