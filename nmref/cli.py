@@ -149,6 +149,8 @@ def _check_transposable(
     else:
         bad = (row_counts != n).any(axis=1) | (column_counts != n).any(axis=2)
     if not bad.any():
+        if args.weights is not None:
+            _print_optimality_gap(record.name, matrix, layout, pattern, args)
         return 0
     tile_row, tile_column = (int(i) for i in np.argwhere(bad)[0])
     rule = f"at most {n}" if args.relaxed else f"exactly {n}"
@@ -164,9 +166,40 @@ def _check_transposable(
     return 1
 
 
+def _print_optimality_gap(
+    name: str, matrix: np.ndarray, layout: str, pattern: Pattern, args: argparse.Namespace
+) -> None:
+    """Print how much |w| the mask keeps below the exact transposable optimum."""
+    from nmref.transposable import optimality_gap, transposable_optimum
+
+    weights = args.weight_tensors.get(name)
+    if weights is None:
+        raise CommandError(f"--weights {args.weights!r} has no tensor named {name!r}")
+    try:
+        scores = np.abs(to_reduction_matrix(weights, layout))
+        if scores.shape != matrix.shape:
+            raise ValueError(f"weights have shape {weights.shape}, the mask {matrix.shape}")
+        gap = optimality_gap(scores, matrix != 0, pattern.n, pattern.m)
+        optimum = float(transposable_optimum(scores, pattern.n, pattern.m).sum())
+    except (ValueError, TypeError) as error:
+        raise CommandError(f"tensor {name!r}: {error}") from error
+    relative = gap.total / optimum if optimum else 0.0
+    print(
+        f"{name}: optimality gap {gap.total:.6g} ({relative:.4%} of the optimal kept |w| "
+        f"{optimum:.6g}); worst tile {float(gap.per_tile.max(initial=0.0)):.6g}"
+    )
+
+
 def run_check(args: argparse.Namespace) -> int:
     """``nmref check``: exit 0 if every eligible tensor is N:M, 1 naming the first violation."""
     pattern: Pattern = args.pattern
+    if args.weights is not None and not args.transposable:
+        raise CommandError("--weights needs --transposable (it reports the optimality gap)")
+    args.weight_tensors = (
+        {}
+        if args.weights is None
+        else {r.name: np.asarray(r.array) for r in iter_tensors(args.weights)}
+    )
     skipped: list[str] = []
     checked = 0
     for record in _selected(args.mask, args, need_float=False, skipped=skipped):
@@ -291,6 +324,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--relaxed", action="store_true", help="accept at most N kept per group")
     check.add_argument(
         "--transposable", action="store_true", help="check rows and columns of m x m tiles"
+    )
+    check.add_argument(
+        "--weights",
+        help="with --transposable: the weights file, to print each mask's optimality gap",
     )
     check.set_defaults(func=run_check)
 

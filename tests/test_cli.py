@@ -179,3 +179,24 @@ def test_transposable_greedy_passes_only_the_relaxed_check(tmp_path, capsys):
     assert main(["check", str(greedy), "--pattern", "4:8", "--transposable", "--relaxed"]) == 0
     # The keep-form greedy under-fills some tile on this input (exact check fails).
     assert main(["check", str(greedy), "--pattern", "4:8", "--transposable"]) == 1
+
+
+def test_transposable_check_prints_the_optimality_gap_given_the_weights(tmp_path, capsys):
+    from nmref.transposable import optimality_gap
+
+    weights = np.random.default_rng(8).standard_normal((32, 32)).astype(np.float32)
+    source = write_tensors(tmp_path / "w.npz", {"w": weights})
+    for method in ("exact", "greedy"):
+        out = tmp_path / f"{method}.npz"
+        argv = ["mask", str(source), "--pattern", "4:8", "--transposable", "--method", method]
+        assert main([*argv, "-o", str(out)]) == 0
+        capsys.readouterr()
+        check = ["check", str(out), "--pattern", "4:8", "--transposable", "--relaxed"]
+        assert main([*check, "--weights", str(source)]) == 0
+        printed = capsys.readouterr().out
+        (record,) = iter_tensors(out)
+        gap = optimality_gap(np.abs(weights), record.array, 4, 8).total
+        assert f"w: optimality gap {gap:.6g}" in printed
+        assert (gap == 0) == (method == "exact")
+    assert main(["check", str(out), "--pattern", "4:8", "--weights", str(source)]) == 2
+    assert "--weights needs --transposable" in capsys.readouterr().err
