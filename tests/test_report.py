@@ -564,6 +564,26 @@ def test_training_script_builds_the_shipped_architecture(monkeypatch):
     assert float(metadata["test_accuracy"]) > 0.5  # one epoch already learns something
 
 
+def test_shipped_weights_reach_the_stored_accuracy():
+    # The metadata is a claim; recompute it from the shipped tensors on the script's own split.
+    import importlib.util
+
+    from safetensors import safe_open
+
+    spec = importlib.util.spec_from_file_location("train_digits", ROOT / "scripts/train_digits.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with safe_open(str(default_checkpoint_path()), framework="np") as handle:
+        params = {name: handle.get_tensor(name) for name in handle.keys()}
+        stored = handle.metadata()
+    x, y = script.load_data()
+    test, fit = script.split(np.random.default_rng(int(stored["seed"])), len(x))
+    assert len(test) == round(float(stored["test_fraction"]) * len(x))
+    assert f"{script.accuracy(params, x[test], y[test]):.4f}" == stored["test_accuracy"]
+    assert f"{script.accuracy(params, x[fit], y[fit]):.4f}" == stored["train_accuracy"]
+    assert float(stored["test_accuracy"]) >= 0.9
+
+
 def test_kernel_shape_rules_match_the_installed_torch():
     torch = pytest.importorskip("torch")
     from torch.sparse import semi_structured
