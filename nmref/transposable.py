@@ -981,9 +981,12 @@ def transposable_weight_mask(
     >>> transposable_weight_mask(w, 2, 4).sum(axis=0)
     array([2, 2, 2, 2])
     """
+    pattern = check_pattern(n, m)
     array = _as_scores(weight, "weight")
+    # Located in the caller's weight, not in the internal reduction matrix.
+    _check_finite(array, "weight")
     resolved = layout if layout is not None else ("linear" if array.ndim == 2 else "channels")
-    if resolved == "channels" and array.ndim > 2 and array.shape[0] % m:
+    if resolved == "channels" and array.ndim > 2 and array.shape[0] % pattern.m:
         raise ValueError(
             f"weight.shape[0]={array.shape[0]} (out channels) must be a multiple of m={m} for "
             "layout='channels': a transposable tile spans m output channels at one kernel tap"

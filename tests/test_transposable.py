@@ -512,6 +512,21 @@ def test_weight_mask_linear_and_conv():
         transposable_weight_mask(rng.standard_normal((6, 4, 3, 3)), 2, 4)
 
 
+def test_weight_mask_bad_arguments_name_the_argument_and_the_weight_index():
+    conv = np.ones((4, 4, 3, 3))
+    # The pattern is checked before the shape rule uses m (was ZeroDivisionError / a bare TypeError).
+    with pytest.raises(ValueError, match="m=0 must be >= 1"):
+        transposable_weight_mask(conv, 2, 0)
+    with pytest.raises(TypeError, match="m='4' must be an integer"):
+        transposable_weight_mask(conv, 2, "4")
+    # NaN is located in the weight the caller passed, not in the internal reduction matrix.
+    conv[1, 2, 0, 1] = np.nan
+    with pytest.raises(ValueError, match=r"weight contains NaN at index \(1, 2, 0, 1\)"):
+        transposable_weight_mask(conv, 2, 4)
+    with pytest.raises(ValueError, match=r"weight contains NaN at index \(1, 2, 0, 1\)"):
+        transposable_weight_mask(conv, 2, 4, method="greedy")
+
+
 # ----------------------------------------------------------------------------
 # Errors
 # ----------------------------------------------------------------------------
