@@ -222,6 +222,36 @@ def test_conv_weights_use_the_channels_layout_and_equal_the_library():
     assert_valid(report)
 
 
+def test_conv_tiles_never_straddle_kernel_taps(tmp_path):
+    # out=6, 2x2 kernel: the "channels" matrix has 24 rows, a multiple of 4, but a 4x4 tile
+    # would span two taps and W^T would not be 2:4 along out. Not applicable (as
+    # nmref.transposable.transposable_weight_mask), and the report still completes.
+    rng = np.random.default_rng(0)
+    path = tmp_path / "conv.npz"
+    np.savez(
+        path,
+        **{
+            "odd.weight": rng.standard_normal((6, 8, 2, 2)).astype(np.float32),
+            "even.weight": rng.standard_normal((8, 8, 2, 2)).astype(np.float32),
+        },
+    )
+    report = build_report(path, ReportSettings(methods=("1d", "transposable", "greedy")))
+    assert_valid(report)
+    entries = {e["name"]: e for e in report["tensors"]}
+    odd, even = entries["odd.weight"], entries["even.weight"]
+    assert odd["alignment"]["matrix_shape"] == [24, 8] and not odd["alignment"]["tiles_fit"]
+    assert even["alignment"]["tiles_fit"]
+    if MASK_METHODS["transposable"].unavailable():
+        return
+    from nmref.transposable import transposable_weight_mask
+
+    for key in ("transposable", "greedy"):
+        assert "out channels" in odd["methods"][key]["not_applicable"]
+    assert even["methods"]["transposable"]["mask_sha256"] == mask_digest(
+        transposable_weight_mask(np.load(path)["even.weight"], 2, 4)
+    )
+
+
 def test_zoo_shapes_match_the_published_parameter_counts():
     count = {name: sum(int(np.prod(s)) for _, s in model.shapes) for name, model in ZOO.items()}
     # torchvision ResNet-50: 25,557,032 parameters, minus 53,120 BatchNorm and 1,000 fc bias.
