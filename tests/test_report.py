@@ -539,7 +539,7 @@ def test_two_workers_equal_one_with_the_randomised_bimask_search():
 def test_transposable_numbers_equal_the_installed_library():
     if MASK_METHODS["transposable"].unavailable():
         pytest.skip("transposable masks (issue 3) are not in this installation")
-    from nmref.transposable import transposable_mask
+    from nmref.transposable import optimality_gap, transposable_mask, transposable_optimum
 
     report = build_report(None, ReportSettings(methods=("1d", "transposable", "greedy")))
     assert_valid(report)
@@ -557,6 +557,13 @@ def test_transposable_numbers_equal_the_installed_library():
         greedy_kept = float(np.sum(magnitudes, dtype=np.float64, where=greedy))
         gap = entry["methods"]["greedy"]["optimality_gap"]
         assert gap == (exact_kept - greedy_kept) / exact_kept and 0 <= gap <= 0.5
+        # ... and agrees with the library's exact oracle functions on the same matrix.
+        oracle = optimality_gap(magnitudes, greedy, 2, 4).total
+        optimum = float(transposable_optimum(magnitudes, 2, 4).sum())
+        assert gap == pytest.approx(oracle / optimum, rel=1e-9, abs=1e-15)
+        assert entry["methods"]["transposable"]["kept_magnitude"] == pytest.approx(
+            optimum, rel=1e-12
+        )
         assert entry["methods"]["transposable"]["density"] == 0.5
         checked += 1
     assert checked == 2
