@@ -555,6 +555,17 @@ def test_errors(call, error, message):
         call()
 
 
+def test_readable_flow_solver_rejects_bad_n_and_ragged_tiles():
+    # n > m made successive_shortest_paths loop forever; a ragged tile raised IndexError.
+    with pytest.raises(ValueError, match="n=3 must be <= m=2"):
+        flow.solve_tile([[1, 2], [3, 4]], 3)
+    with pytest.raises(ValueError, match="n=-1 must be >= 0"):
+        flow.successive_shortest_paths([[1, 2], [3, 4]], -1)
+    with pytest.raises(ValueError, match="square"):
+        flow.solve_tile([[1, 2], [3]], 1)
+    assert flow.solve_tile([], 0) == ([], [], [])
+
+
 def test_nan_is_an_error_for_every_method():
     scores = np.ones((4, 4))
     scores[2, 1] = np.nan
