@@ -580,7 +580,11 @@ def _exact_float_array(
     """``units * 2**exponents`` (per tile row) as float64, refusing to round."""
     values = np.ldexp(units.astype(np.float64), exponents.astype(np.int32)[:, None])
     back = np.ldexp(values, -exponents.astype(np.int32)[:, None])
-    exact = (np.abs(units) < 2**53) & (back == units.astype(np.float64))
+    # A unit count >= 2**53 is still exact when its low bits are zero (4.0 next to 1.1 in
+    # float64 is 2**54 units): test the int64 -> float64 conversion itself, then the scaling.
+    as_float = units.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        exact = (as_float.astype(np.int64) == units) & (back == as_float)
     if not exact[solved].all():
         raise ValueError(
             "a certificate potential is not representable in float64; the tile's "

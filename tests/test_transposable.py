@@ -157,6 +157,16 @@ def test_flow_kernel_and_certificate_match_enumeration(case):
     assert verify_certificate(scores, *certificate, n, m)
 
 
+def test_certificate_of_a_narrow_float64_tile_with_many_units():
+    # 1.1 needs 52 significand bits, so 4.0 is 2**54 units: exactly representable, and the
+    # certificate must not be refused (found by hypothesis: "not representable in float64").
+    scores = np.array([[0, 0, 0, 0], [0, 0, 4, 1.1]])
+    for n in (0, 1, 2):
+        certificate = transposable_certificate(scores, n, 2)
+        np.testing.assert_array_equal(certificate.mask, transposable_mask(scores, n, 2))
+        assert verify_certificate(scores, *certificate, n, 2)
+
+
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_flow_kernel_equals_enumeration_on_many_tiles(n):
     """4096 tiles each of noise, int4-like quantised values, and bf16-like values."""
