@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from typing import Literal
 
 from nmref.patterns import check_pattern
@@ -155,8 +156,9 @@ def mask_diversity(structure: Structure, n: int, m: int, size: int) -> int:
     pattern = check_pattern(n, m)
     if structure not in STRUCTURES:
         raise ValueError(f"structure={structure!r} must be one of {STRUCTURES}")
-    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+    if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 0:
         raise ValueError(f"size={size!r} must be a non-negative integer")
+    size = int(size)  # a NumPy integer would make the powers below overflow silently
     unit = pattern.m**2 if structure == "transposable" else pattern.m
     if size % unit:
         raise ValueError(f"size={size} must be a multiple of {unit} for structure={structure!r}")

@@ -38,6 +38,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from nmref.patterns import check_pattern
+
 __all__ = [
     "canonical_optimum",
     "certifies_optimal",
@@ -75,6 +77,16 @@ def successive_shortest_paths(
     O(n m^3) per tile. Exact because every quantity is a Python int.
     """
     m = len(weights)
+    # Unchecked, n > m never finds its n*m-th path and loops forever.
+    if m:
+        check_pattern(n, m)
+    elif n != 0:
+        raise ValueError(f"n={n!r} must be 0 for an empty tile")
+    if any(len(row) != m for row in weights):
+        raise ValueError(
+            f"weights must be a square m x m tile, got row lengths "
+            f"{[len(row) for row in weights]} for m={m} rows"
+        )
     source, sink = 0, 2 * m + 1
     row_node = list(range(1, m + 1))
     column_node = list(range(m + 1, 2 * m + 1))

@@ -565,7 +565,11 @@ def _exact_float_array(
     """``units * 2**exponents`` (per tile row) as float64, refusing to round."""
     values = np.ldexp(units.astype(np.float64), exponents.astype(np.int32)[:, None])
     back = np.ldexp(values, -exponents.astype(np.int32)[:, None])
-    exact = (np.abs(units) < 2**53) & (back == units.astype(np.float64))
+    # A unit count >= 2**53 is still exact when its low bits are zero (4.0 next to 1.1 in
+    # float64 is 2**54 units): test the int64 -> float64 conversion itself, then the scaling.
+    as_float = units.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        exact = (as_float.astype(np.int64) == units) & (back == as_float)
     if not exact[solved].all():
         raise ValueError(
             "a certificate potential is not representable in float64; the tile's "
@@ -966,9 +970,12 @@ def transposable_weight_mask(
     >>> transposable_weight_mask(w, 2, 4).sum(axis=0)
     array([2, 2, 2, 2])
     """
+    pattern = check_pattern(n, m)
     array = _as_scores(weight, "weight")
+    # Located in the caller's weight, not in the internal reduction matrix.
+    _check_finite(array, "weight")
     resolved = layout if layout is not None else ("linear" if array.ndim == 2 else "channels")
-    if resolved == "channels" and array.ndim > 2 and array.shape[0] % m:
+    if resolved == "channels" and array.ndim > 2 and array.shape[0] % pattern.m:
         raise ValueError(
             f"weight.shape[0]={array.shape[0]} (out channels) must be a multiple of m={m} for "
             "layout='channels': a transposable tile spans m output channels at one kernel tap"

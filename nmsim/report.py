@@ -293,6 +293,11 @@ def _fits(rows: int, cols: int, rule: list[int] | None) -> bool | None:
     return rows >= min_rows and rows % min_rows == 0 and cols >= min_cols and cols % min_cols == 0
 
 
+def _tiles_stay_in_one_tap(shape: tuple[int, ...], layout: str, pattern: Pattern) -> bool:
+    # The "channels" matrix stacks kernel taps; a tile spanning two taps is not N:M in W^T.
+    return layout != "channels" or len(shape) <= 2 or int(shape[0]) % pattern.m == 0
+
+
 def alignment(shape: tuple[int, ...], layout: str, pattern: Pattern, dtype: str) -> dict:
     """Shape facts that decide which methods and kernels apply (``specs/report.md``)."""
     rows, reduction = to_reduction_shape(shape, layout)
@@ -306,7 +311,9 @@ def alignment(shape: tuple[int, ...], layout: str, pattern: Pattern, dtype: str)
     return {
         "matrix_shape": [rows, reduction],
         "groups_fit": reduction % pattern.m == 0,
-        "tiles_fit": reduction % pattern.m == 0 and rows % pattern.m == 0,
+        "tiles_fit": reduction % pattern.m == 0
+        and rows % pattern.m == 0
+        and _tiles_stay_in_one_tap(shape, layout, pattern),
         "kernel_shapes": kernels,
     }
 

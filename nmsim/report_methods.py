@@ -169,6 +169,14 @@ def _one_d(context: TensorContext) -> dict[str, Any]:
 def _transposable_mask(context: TensorContext, method: str) -> NDArray[np.bool_]:
     transposable_mask = _resolve("nmref.transposable:transposable_mask")
     pattern = context.pattern
+    shape = context.weight.shape
+    if context.layout == "channels" and len(shape) > 2 and shape[0] % pattern.m:
+        # The "channels" matrix stacks kernel taps: a tile would straddle two taps, and the
+        # input-gradient GEMM (reducing over out) would not be N:M (as transposable_weight_mask).
+        raise ValueError(
+            f"weight.shape[0]={shape[0]} (out channels) must be a multiple of m={pattern.m} for "
+            "layout='channels': a transposable tile spans m output channels at one kernel tap"
+        )
     matrix_mask = np.asarray(
         transposable_mask(context.matrix_scores(), pattern.n, pattern.m, method=method), dtype=bool
     )
@@ -345,7 +353,16 @@ def gemm_seconds(
     gemm_time = _resolve("nmsim.gemm:gemm_time")
     m, n, k = shape
     sparse = None if pattern is None else f"{pattern.n}:{pattern.m}"
-    estimate = gemm_time(gpu, m, n, k, dtype=dtype, sparse=sparse, incompatible="dense")
+    try:
+        estimate = gemm_time(gpu, m, n, k, dtype=dtype, sparse=sparse, incompatible="dense")
+    except ValueError as error:
+        if sparse is None:
+            raise
+        # The dense call has the same GPU/dtype/sizes, so what failed is the sparse operand's
+        # shape (k not a multiple of the hardware group, e.g. dX of a 10-row head at 1:2): the
+        # hardware runs this GEMM dense, one tensor does not end the whole report.
+        seconds, notes = gemm_seconds(gpu, shape, dtype, None)
+        return seconds, (*notes, f"{m}x{n}x{k} GEMM modelled as dense: {error}")
     return float(estimate.time_s), tuple(str(note) for note in getattr(estimate, "notes", ()))
 
 

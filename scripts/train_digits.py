@@ -53,18 +53,28 @@ def accuracy(params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> flo
     return float(np.mean(np.argmax(_forward(params, x)[-1], axis=1) == y))
 
 
-def train(seed: int = SEED) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """Train the MLP; returns float64 parameters and the metadata to store."""
-    import sklearn
+def load_data() -> tuple[np.ndarray, np.ndarray]:
+    """``load_digits`` features scaled to [0, 1] and their labels."""
     from sklearn.datasets import load_digits
 
     digits = load_digits()
-    x = digits.data / 16.0
-    y = digits.target
+    return digits.data / 16.0, digits.target
+
+
+def split(rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(test, fit)`` indices: the first draw of ``rng`` (a permutation) splits the data."""
+    order = rng.permutation(count)
+    test_size = round(TEST_FRACTION * count)
+    return order[:test_size], order[test_size:]
+
+
+def train(seed: int = SEED) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Train the MLP; returns float64 parameters and the metadata to store."""
+    import sklearn
+
+    x, y = load_data()
     rng = np.random.default_rng(seed)
-    order = rng.permutation(len(x))
-    test_size = round(TEST_FRACTION * len(x))
-    test, fit = order[:test_size], order[test_size:]
+    test, fit = split(rng, len(x))
     sizes = (x.shape[1], *HIDDEN, 10)
     params: dict[str, np.ndarray] = {}
     for index, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes), start=1):

@@ -81,6 +81,14 @@ def test_mask_diversity_formulas():
     assert round(per_element[("nm", 2, 4)], 3) == 0.195
 
 
+def test_numpy_integer_size_is_exact():
+    # NumPy integers are integers, as for n and m; the result is still an exact Python int.
+    for structure, unit in [("unstructured", 4), ("nm", 4), ("transposable", 16)]:
+        expected = mask_diversity(structure, 2, 4, 64 * unit)
+        got = mask_diversity(structure, 2, 4, np.int64(64 * unit))
+        assert got == expected and type(got) is int
+
+
 def test_structures_are_ordered_by_freedom():
     for n, m in [(1, 2), (2, 4), (4, 8)]:
         size = 2 * m * m

@@ -222,6 +222,53 @@ def test_conv_weights_use_the_channels_layout_and_equal_the_library():
     assert_valid(report)
 
 
+def test_conv_tiles_never_straddle_kernel_taps(tmp_path):
+    # out=6, 2x2 kernel: the "channels" matrix has 24 rows, a multiple of 4, but a 4x4 tile
+    # would span two taps and W^T would not be 2:4 along out. Not applicable (as
+    # nmref.transposable.transposable_weight_mask), and the report still completes.
+    rng = np.random.default_rng(0)
+    path = tmp_path / "conv.npz"
+    np.savez(
+        path,
+        **{
+            "odd.weight": rng.standard_normal((6, 8, 2, 2)).astype(np.float32),
+            "even.weight": rng.standard_normal((8, 8, 2, 2)).astype(np.float32),
+        },
+    )
+    report = build_report(path, ReportSettings(methods=("1d", "transposable", "greedy")))
+    assert_valid(report)
+    entries = {e["name"]: e for e in report["tensors"]}
+    odd, even = entries["odd.weight"], entries["even.weight"]
+    assert odd["alignment"]["matrix_shape"] == [24, 8] and not odd["alignment"]["tiles_fit"]
+    assert even["alignment"]["tiles_fit"]
+    if MASK_METHODS["transposable"].unavailable():
+        return
+    from nmref.transposable import transposable_weight_mask
+
+    for key in ("transposable", "greedy"):
+        assert "out channels" in odd["methods"][key]["not_applicable"]
+    assert even["methods"]["transposable"]["mask_sha256"] == mask_digest(
+        transposable_weight_mask(np.load(path)["even.weight"], 2, 4)
+    )
+
+
+def test_gemm_the_hardware_cannot_group_is_timed_dense_not_fatal():
+    # 1:2 on the default model: fc3's input-gradient GEMM reduces over out=10, not a multiple of
+    # the hardware group 4. The report completes; that GEMM is timed dense, with a note.
+    if COST_MODELS["time"].unavailable() or MASK_METHODS["transposable"].unavailable():
+        pytest.skip("needs the time model and transposable masks")
+    from nmsim.gemm import gemm_time
+
+    report = build_report(None, ReportSettings(pattern="1:2", methods=("1d", "transposable")))
+    assert_valid(report)
+    fc3 = next(e for e in report["tensors"] if e["name"] == "fc3.weight")
+    assert "kept_magnitude" in fc3["methods"]["transposable"]
+    m, n, k = 128, 4096, 10  # dX = W^T dY: k_in x tokens x out
+    dense = gemm_time("h100-sxm", m, n, k, dtype="bf16").time_s
+    assert fc3["time"]["methods"]["transposable"]["input_grad"] == dense
+    assert any("modelled as dense" in note and "k=10" in note for note in fc3["time"]["notes"])
+
+
 def test_zoo_shapes_match_the_published_parameter_counts():
     count = {name: sum(int(np.prod(s)) for _, s in model.shapes) for name, model in ZOO.items()}
     # torchvision ResNet-50: 25,557,032 parameters, minus 53,120 BatchNorm and 1,000 fc bias.
@@ -509,7 +556,7 @@ def test_two_workers_equal_one_with_the_randomised_bimask_search():
 def test_transposable_numbers_equal_the_installed_library():
     if MASK_METHODS["transposable"].unavailable():
         pytest.skip("transposable masks (issue 3) are not in this installation")
-    from nmref.transposable import transposable_mask
+    from nmref.transposable import optimality_gap, transposable_mask, transposable_optimum
 
     report = build_report(None, ReportSettings(methods=("1d", "transposable", "greedy")))
     assert_valid(report)
@@ -527,6 +574,13 @@ def test_transposable_numbers_equal_the_installed_library():
         greedy_kept = float(np.sum(magnitudes, dtype=np.float64, where=greedy))
         gap = entry["methods"]["greedy"]["optimality_gap"]
         assert gap == (exact_kept - greedy_kept) / exact_kept and 0 <= gap <= 0.5
+        # ... and agrees with the library's exact oracle functions on the same matrix.
+        oracle = optimality_gap(magnitudes, greedy, 2, 4).total
+        optimum = float(transposable_optimum(magnitudes, 2, 4).sum())
+        assert gap == pytest.approx(oracle / optimum, rel=1e-9, abs=1e-15)
+        assert entry["methods"]["transposable"]["kept_magnitude"] == pytest.approx(
+            optimum, rel=1e-12
+        )
         assert entry["methods"]["transposable"]["density"] == 0.5
         checked += 1
     assert checked == 2
@@ -562,6 +616,26 @@ def test_training_script_builds_the_shipped_architecture(monkeypatch):
         stored = handle.metadata()
     assert set(metadata) == set(stored) and stored["seed"] == str(script.SEED)
     assert float(metadata["test_accuracy"]) > 0.5  # one epoch already learns something
+
+
+def test_shipped_weights_reach_the_stored_accuracy():
+    # The metadata is a claim; recompute it from the shipped tensors on the script's own split.
+    import importlib.util
+
+    from safetensors import safe_open
+
+    spec = importlib.util.spec_from_file_location("train_digits", ROOT / "scripts/train_digits.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with safe_open(str(default_checkpoint_path()), framework="np") as handle:
+        params = {name: handle.get_tensor(name) for name in handle.keys()}
+        stored = handle.metadata()
+    x, y = script.load_data()
+    test, fit = script.split(np.random.default_rng(int(stored["seed"])), len(x))
+    assert len(test) == round(float(stored["test_fraction"]) * len(x))
+    assert f"{script.accuracy(params, x[test], y[test]):.4f}" == stored["test_accuracy"]
+    assert f"{script.accuracy(params, x[fit], y[fit]):.4f}" == stored["train_accuracy"]
+    assert float(stored["test_accuracy"]) >= 0.9
 
 
 def test_kernel_shape_rules_match_the_installed_torch():

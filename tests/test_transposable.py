@@ -148,13 +148,25 @@ def test_flow_kernel_and_certificate_match_enumeration(case):
     try:
         certificate = transposable_certificate(scores, n, m)
     except ValueError as error:
-        # Documented limit: potentials of tiles spanning > 2**53 are not float64.
+        # Documented limit: a potential is a sum of scores, and a sum of float64 scores can need
+        # more than 53 bits even on a narrow range (3 - 1.1 + ... at 2**-52 resolution). Only
+        # float64 tiles or tiles spanning a wide range may hit it; narrower dtypes never do.
         assert "not representable in float64" in str(error)
         nonzero = np.abs(scores[scores != 0].astype(np.float64))
-        assert np.log2(nonzero.max()) - np.log2(nonzero.min()) > 20
+        assert scores.dtype == np.float64 or np.log2(nonzero.max()) - np.log2(nonzero.min()) > 20
         return
     np.testing.assert_array_equal(certificate.mask, expected)
     assert verify_certificate(scores, *certificate, n, m)
+
+
+def test_certificate_of_a_narrow_float64_tile_with_many_units():
+    # 1.1 needs 52 significand bits, so 4.0 is 2**54 units: exactly representable, and the
+    # certificate must not be refused (found by hypothesis: "not representable in float64").
+    scores = np.array([[0, 0, 0, 0], [0, 0, 4, 1.1]])
+    for n in (0, 1, 2):
+        certificate = transposable_certificate(scores, n, 2)
+        np.testing.assert_array_equal(certificate.mask, transposable_mask(scores, n, 2))
+        assert verify_certificate(scores, *certificate, n, 2)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])
@@ -512,6 +524,21 @@ def test_weight_mask_linear_and_conv():
         transposable_weight_mask(rng.standard_normal((6, 4, 3, 3)), 2, 4)
 
 
+def test_weight_mask_bad_arguments_name_the_argument_and_the_weight_index():
+    conv = np.ones((4, 4, 3, 3))
+    # The pattern is checked before the shape rule uses m (was ZeroDivisionError / a bare TypeError).
+    with pytest.raises(ValueError, match="m=0 must be >= 1"):
+        transposable_weight_mask(conv, 2, 0)
+    with pytest.raises(TypeError, match="m='4' must be an integer"):
+        transposable_weight_mask(conv, 2, "4")
+    # NaN is located in the weight the caller passed, not in the internal reduction matrix.
+    conv[1, 2, 0, 1] = np.nan
+    with pytest.raises(ValueError, match=r"weight contains NaN at index \(1, 2, 0, 1\)"):
+        transposable_weight_mask(conv, 2, 4)
+    with pytest.raises(ValueError, match=r"weight contains NaN at index \(1, 2, 0, 1\)"):
+        transposable_weight_mask(conv, 2, 4, method="greedy")
+
+
 # ----------------------------------------------------------------------------
 # Errors
 # ----------------------------------------------------------------------------
@@ -538,6 +565,17 @@ def test_weight_mask_linear_and_conv():
 def test_errors(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+def test_readable_flow_solver_rejects_bad_n_and_ragged_tiles():
+    # n > m made successive_shortest_paths loop forever; a ragged tile raised IndexError.
+    with pytest.raises(ValueError, match="n=3 must be <= m=2"):
+        flow.solve_tile([[1, 2], [3, 4]], 3)
+    with pytest.raises(ValueError, match="n=-1 must be >= 0"):
+        flow.successive_shortest_paths([[1, 2], [3, 4]], -1)
+    with pytest.raises(ValueError, match="square"):
+        flow.solve_tile([[1, 2], [3]], 1)
+    assert flow.solve_tile([], 0) == ([], [], [])
 
 
 def test_nan_is_an_error_for_every_method():
