@@ -13,6 +13,7 @@ from .masks import SUPPORTED_DTYPES, is_nm, magnitude_mask, nm_mask, to_magnitud
 from .training import (
     METHODS,
     SRSTE_DEFAULT_DECAY,
+    BameLinearFunction,
     MaskedWeight,
     SparseConv2d,
     SparseLinear,
@@ -65,6 +66,7 @@ __all__ = [
     "METHODS",
     "SRSTE_DEFAULT_DECAY",
     "SUPPORTED_DTYPES",
+    "BameLinearFunction",
     "MaskedWeight",
     "SparseConv2d",
     "SparseLinear",

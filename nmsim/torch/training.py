@@ -24,6 +24,13 @@ product and one for the sum).
 ``method="transposable"`` (Hubara et al. 2021): ``E`` is the exact transposable
 mask of ``|W|`` (tiles of ``m`` output x ``m`` input channels), so
 ``dX = dY (E ⊙ W)`` is N:M along its own reduction axis too; ``dW`` as SR-STE.
+``method="bame"`` (BAME-style evolution, ``specs/bame.md`` §3.6, §4; Linear only):
+``Y`` and ``dX`` with the layer's stored mask ``K`` (a buffer, not recomputed);
+``dW`` is computed only at the kept positions, plus every position of the
+candidate blocks at update steps, as gathered dot products; the other entries
+are not computed (0 in ``weight.grad``). ``layer.bame_update`` evolves ``K`` with
+:func:`nmsim.torch.bame.evolve_mask` and ``layer.bame_sgd_step`` updates the kept
+entries only, as :func:`nmref.bame_training.bame_train_step`.
 Other methods plug into :data:`METHODS`.
 """
 
@@ -46,6 +53,7 @@ __all__ = [
     "LAYER_METHODS",
     "METHODS",
     "SRSTE_DEFAULT_DECAY",
+    "BameLinearFunction",
     "BiMaskConv2dFunction",
     "BiMaskLinearFunction",
     "GivenMaskWeight",
@@ -171,6 +179,50 @@ class BiMaskConv2dFunction(torch.autograd.Function):
         return grad_input, grad_weight, grad_bias, None, None, None, None, None, None, None
 
 
+class BameLinearFunction(torch.autograd.Function):
+    """BAME Linear (``specs/bame.md`` §3.6): ``Y = X (K ⊙ W)^T + b``, ``dX = dY (K ⊙ W)``,
+    ``dW[r, c] = Σ_b dY[b, r] X[b, c]`` only where ``positions[r, c]`` (0 elsewhere).
+
+    ``positions`` must contain ``mask`` (kept entries are always computed). The
+    computed entries are gathered dot products, never a dense ``dY^T X``
+    (O(batch * positions.sum()) work, chunked to bound memory).
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, mask, positions):  # type: ignore[override]
+        sparse = torch.where(mask, weight, torch.zeros_like(weight))
+        ctx.save_for_backward(x, sparse, positions)
+        ctx.has_bias = bias is not None
+        return F.linear(x, sparse, bias)
+
+    @staticmethod
+    def backward(ctx, grad_output):  # type: ignore[override]
+        x, sparse, positions = ctx.saved_tensors
+        grad_input = grad_output @ sparse
+        flat_grad = grad_output.reshape(-1, sparse.shape[0])
+        flat_x = x.reshape(-1, sparse.shape[1])
+        grad_weight = gathered_weight_gradient(flat_x, flat_grad, positions)
+        grad_bias = flat_grad.sum(0) if ctx.has_bias else None
+        return grad_input, grad_weight, grad_bias, None, None
+
+
+def gathered_weight_gradient(
+    inputs: torch.Tensor, grad_outputs: torch.Tensor, positions: torch.Tensor
+) -> torch.Tensor:
+    """``dW[r, c] = Σ_b grad_outputs[b, r] · inputs[b, c]`` at ``positions`` only, 0 elsewhere.
+
+    Twin of :func:`nmref.bame_training.sparse_weight_gradient` (which writes NaN
+    where nothing is computed). Complexity O(batch * positions.sum()).
+    """
+    out = torch.zeros(positions.shape, dtype=inputs.dtype, device=inputs.device)
+    rows, columns = positions.nonzero(as_tuple=True)
+    chunk = max(1, (1 << 22) // max(1, inputs.shape[0]))
+    for start in range(0, rows.numel(), chunk):
+        r, c = rows[start : start + chunk], columns[start : start + chunk]
+        out[r, c] = (grad_outputs[:, r] * inputs[:, c]).sum(0)
+    return out
+
+
 def _ste(weight: torch.Tensor, pattern: Pattern, layout: Layout | None, decay: float):
     return MaskedWeight.apply(weight, pattern.n, pattern.m, layout, 0.0)
 
@@ -231,7 +283,7 @@ METHODS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
 
 
 # Methods whose GEMMs need more than one sparse weight: implemented by the layers.
-LAYER_METHODS: tuple[str, ...] = ("bimask",)
+LAYER_METHODS: tuple[str, ...] = ("bimask", "bame")
 
 
 def _check_method(method: str, *, layer: bool = False) -> None:
@@ -286,7 +338,12 @@ class _SparseMixin:
     weight: nn.Parameter
 
     def _init_sparse(
-        self, pattern: str | Pattern | tuple[int, int], method: str, layout, decay: float
+        self,
+        pattern: str | Pattern | tuple[int, int],
+        method: str,
+        layout,
+        decay: float,
+        bame_config=None,
     ) -> None:
         _check_method(method, layer=True)
         _check_decay(decay)
@@ -311,6 +368,95 @@ class _SparseMixin:
                 "permutation", torch.arange(out_channels, device=self.weight.device)
             )
             self.rank = "survivors"
+        if method == "bame":
+            self._init_bame(bame_config)
+        elif bame_config is not None:
+            raise ValueError(f"bame_config is only used by method='bame', not {method!r}")
+
+    def _init_bame(self, config) -> None:
+        from nmref.bame import BameConfig, BameState
+
+        if not isinstance(self, nn.Linear):
+            raise ValueError("method='bame' is implemented for SparseLinear only")
+        n, m = self.pattern
+        if config is None:
+            config = BameConfig(n, m)
+        if not isinstance(config, BameConfig):
+            raise TypeError(f"bame_config must be a nmref.bame.BameConfig, got {type(config)}")
+        if (config.n, config.m) != (n, m):
+            raise ValueError(
+                f"bame_config pattern {config.n}:{config.m} must equal pattern={self.pattern}"
+            )
+        self.bame_config = config
+        with torch.no_grad():
+            mask = magnitude_mask(self.weight, n, m, layout="linear")
+        self.register_buffer("bame_mask", mask)
+        self.register_buffer("bame_velocity", torch.zeros_like(self.weight, requires_grad=False))
+        if self.bias is not None:
+            self.register_buffer("bame_bias_velocity", torch.zeros_like(self.bias.detach()))
+        self.bame_state = BameState.initial(mask.cpu().numpy(), m)
+        self.bame_step = 0
+
+    def bame_gradient_positions(self) -> torch.Tensor:
+        """Where the next backward computes ``dW`` (``specs/bame.md`` §3.6): the kept
+        entries, plus every entry of the candidate blocks if ``bame_step`` is an update step."""
+        from nmref.bame import candidate_blocks, is_update_step
+
+        if not is_update_step(self.bame_step, self.bame_config):
+            return self.bame_mask
+        candidates = candidate_blocks(self.bame_state, self.bame_config)
+        expanded = torch.from_numpy(candidates).to(self.bame_mask.device)
+        return self.bame_mask | expanded.repeat_interleave(self.pattern.m, dim=1)
+
+    @torch.no_grad()
+    def bame_update(self, learning_rate: float | None = None):
+        """At an update step, evolve the mask from ``weight.grad`` (:func:`nmsim.torch.bame.
+        evolve_mask`: regrown weights and their momentum reset, counters advanced); call it
+        once per optimizer step after ``backward``. Returns the ``Evolution`` or ``None``
+        when ``bame_step`` is not an update step. Does not advance ``bame_step``."""
+        from nmref.bame import is_update_step
+
+        from .bame import evolve_mask
+
+        if not is_update_step(self.bame_step, self.bame_config):
+            return None
+        if self.weight.grad is None:
+            raise ValueError("bame_update needs weight.grad: run backward first")
+        evolution = evolve_mask(
+            self.weight.detach(),
+            self.bame_mask,
+            self.weight.grad,
+            self.bame_state,
+            self.bame_step,
+            self.bame_config,
+            learning_rate=learning_rate,
+            velocity=self.bame_velocity,
+        )
+        self.weight.copy_(evolution.weight)
+        self.bame_mask.copy_(evolution.mask)
+        self.bame_velocity.copy_(evolution.velocity)
+        self.bame_state = evolution.state
+        return evolution
+
+    @torch.no_grad()
+    def bame_sgd_step(
+        self, learning_rate: float, momentum: float = 0.9, weight_decay: float = 0.0
+    ) -> None:
+        """Momentum SGD on the kept entries only (``v = μv + (g + λw)``, ``w −= lr·v``; pruned
+        weights and their momentum untouched; bias dense), then ``bame_step += 1``.
+        ``nmref.bame_training`` step 4; a stock ``torch.optim.SGD`` would move pruned weights."""
+        kept = self.bame_mask
+        grad = self.weight.grad
+        if grad is None:
+            raise ValueError("bame_sgd_step needs weight.grad: run backward first")
+        weight, velocity = self.weight.data, self.bame_velocity
+        velocity[kept] = momentum * velocity[kept] + (grad[kept] + weight_decay * weight[kept])
+        weight[kept] -= learning_rate * velocity[kept]
+        if self.bias is not None and self.bias.grad is not None:
+            bias_velocity = self.bame_bias_velocity
+            bias_velocity.copy_(momentum * bias_velocity + self.bias.grad)
+            self.bias.data.copy_(self.bias.data - learning_rate * bias_velocity)
+        self.bame_step += 1
 
     def sparse_weight(self) -> torch.Tensor:
         """``E ⊙ W`` for the current dense weight (differentiable by the method's rule)."""
@@ -322,6 +468,8 @@ class _SparseMixin:
     @torch.no_grad()
     def mask(self) -> torch.Tensor:
         """The current forward mask ``E`` (bool, shape of the weight)."""
+        if self.method == "bame":
+            return self.bame_mask.clone()
         if self.method == "transposable":
             n, m = self.pattern
             return transposable_weight_mask(self.weight, n, m, layout=self.layout)
@@ -397,17 +545,22 @@ class SparseLinear(_SparseMixin, nn.Linear):
         pattern: str | Pattern | tuple[int, int] = "2:4",
         method: str = "srste",
         decay: float = SRSTE_DEFAULT_DECAY,
+        bame_config=None,
         device=None,
         dtype=None,
     ) -> None:
         nn.Linear.__init__(self, in_features, out_features, bias, device=device, dtype=dtype)
-        self._init_sparse(pattern, method, "linear", decay)
+        self._init_sparse(pattern, method, "linear", decay, bame_config)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.method == "bimask":
             n, m = self.pattern
             return BiMaskLinearFunction.apply(
                 x, self.weight, self.bias, self.permutation, n, m, self.decay, self.rank
+            )
+        if self.method == "bame":
+            return BameLinearFunction.apply(
+                x, self.weight, self.bias, self.bame_mask, self.bame_gradient_positions()
             )
         return F.linear(x, self.sparse_weight(), self.bias)
 
@@ -424,6 +577,7 @@ class SparseLinear(_SparseMixin, nn.Linear):
             options.get("method", "srste"),
             "linear",
             options.get("decay", SRSTE_DEFAULT_DECAY),
+            options.get("bame_config"),
         )
         return layer
 
@@ -526,6 +680,7 @@ def sparsify(
     exclude: str | Callable[[str, nn.Module], bool] | None = None,
     decay: float = SRSTE_DEFAULT_DECAY,
     conv_layout: Layout = "channels",
+    bame_config=None,
 ) -> SparsifyResult:
     """Swap eligible ``nn.Linear``/``nn.Conv2d`` layers of ``model`` for sparse ones, in place.
 
@@ -541,6 +696,9 @@ def sparsify(
         name) or callable ``(name, module) -> bool``, optional
         Which layers to consider; ``exclude`` wins.
     conv_layout : {"channels", "flat"}, default "channels"
+    bame_config : nmref.bame.BameConfig, optional
+        ``method="bame"`` only (default ``BameConfig(n, m)``); BAME layers are
+        Linear only, so convolutions are skipped with that reason.
 
     Returns
     -------
@@ -568,6 +726,9 @@ def sparsify(
             continue
         if matches(exclude, name, module):
             continue
+        if method == "bame" and not isinstance(module, nn.Linear):
+            skipped.append((name, "method='bame' is implemented for Linear layers only"))
+            continue
         layout = "linear" if isinstance(module, nn.Linear) else conv_layout
         _, length = to_reduction_shape(tuple(module.weight.shape), layout)
         if length % parsed.m:
@@ -580,6 +741,8 @@ def sparsify(
             continue
         options = {"pattern": parsed, "method": method, "decay": decay}
         if isinstance(module, nn.Linear):
+            if method == "bame":
+                options["bame_config"] = bame_config
             new = SparseLinear.from_dense(module, **options)
         else:
             new = SparseConv2d.from_dense(module, layout=conv_layout, **options)
