@@ -61,13 +61,23 @@ def _reference_layer(weight, mask, config, bias):
 
 
 @pytest.mark.parametrize("swap_rule", ["single_swap", "reselect"])
-@pytest.mark.parametrize("oscillation", ["revert_rate", "change_rate"])
-def test_linear_step_by_step_equals_the_reference_bit_for_bit(swap_rule, oscillation):
+@pytest.mark.parametrize(
+    ("oscillation", "step_order", "regrow_init"),
+    [("revert_rate", "evolve_first", "zero"), ("change_rate", "step_first", "stale")],
+)
+def test_linear_step_by_step_equals_the_reference_bit_for_bit(
+    swap_rule, oscillation, step_order, regrow_init
+):
     # Small integers and dyadic rates: every product and sum is exact in float64, so the
     # torch layer and nmref must agree to the bit over the whole trajectory (masks,
     # weights, momenta, counters), whatever the summation order.
     rng = np.random.default_rng(3)
-    config = _config(swap_rule=swap_rule, oscillation=oscillation)
+    config = _config(
+        swap_rule=swap_rule,
+        oscillation=oscillation,
+        step_order=step_order,
+        regrow_init=regrow_init,
+    )
     weight = rng.integers(-4, 5, size=(8, 16)).astype(np.float64)
     bias = rng.integers(-2, 3, size=8).astype(np.float64)
     layer = _layer(weight, config, bias)
@@ -99,13 +109,17 @@ def test_linear_step_by_step_equals_the_reference_bit_for_bit(swap_rule, oscilla
         grad = ref_training.sparse_weight_gradient(x, dy, positions)
         np.testing.assert_array_equal(layer.weight.grad.numpy(), np.nan_to_num(grad, nan=0.0))
         np.testing.assert_array_equal(layer.bias.grad.numpy(), dy.sum(0))
-        evolution = layer.bame_update(learning_rate=optimizer.learning_rate)
+        evolution = layer.bame_optimizer_step(
+            optimizer.learning_rate, optimizer.momentum, optimizer.weight_decay
+        )
         assert (evolution is not None) == updating
-        if updating:
+        if updating and config.step_order == "evolve_first":
             ref_training._evolve_layer(reference, grad, step, config, optimizer)
-            evolutions += int(evolution.selected.sum())
-        layer.bame_sgd_step(optimizer.learning_rate, optimizer.momentum, optimizer.weight_decay)
         ref_training._sgd_on_kept(reference, grad, dy.sum(0), optimizer)
+        if updating and config.step_order == "step_first":
+            ref_training._evolve_layer(reference, grad, step, config, optimizer)
+        if updating:
+            evolutions += int(evolution.selected.sum())
         np.testing.assert_array_equal(layer.bame_mask.numpy(), reference.mask)
         np.testing.assert_array_equal(layer.weight.detach().numpy(), reference.weight)
         np.testing.assert_array_equal(layer.bame_velocity.numpy(), reference.velocity)
@@ -118,12 +132,13 @@ def test_linear_step_by_step_equals_the_reference_bit_for_bit(swap_rule, oscilla
     assert evolutions > 0  # the trajectory really evolved the mask
 
 
-def test_mlp_training_matches_bame_train_step():
+@pytest.mark.parametrize("step_order", ["evolve_first", "step_first"])
+def test_mlp_training_matches_bame_train_step(step_order):
     # Full spec §4 step (cross-entropy, two layers) against nmref.bame_training: masks and
     # counters exactly equal; weights to float64 rounding (the BLAS summation orders of
     # numpy and torch differ, so bit equality is not promised on non-integer data).
     rng = np.random.default_rng(0)
-    config = ref.BameConfig(2, 4, t_i=0, t_f=12, update_interval=3)
+    config = ref.BameConfig(2, 4, t_i=0, t_f=12, update_interval=3, step_order=step_order)
     optimizer = ref_training.SGD(learning_rate=0.1, momentum=0.9, weight_decay=5e-4)
     reference = ref_training.init_sparse_mlp([16, 12, 8], config, rng)
     layers = [_layer(layer.weight, config, layer.bias) for layer in reference]
@@ -142,9 +157,10 @@ def test_mlp_training_matches_bame_train_step():
         logits.backward(torch.from_numpy(grad_logits))
         for layer in layers:
             before = layer.bame_mask.clone()
-            layer.bame_update(learning_rate=optimizer.learning_rate)
+            layer.bame_optimizer_step(
+                optimizer.learning_rate, optimizer.momentum, optimizer.weight_decay
+            )
             changed += int((before != layer.bame_mask).sum())
-            layer.bame_sgd_step(optimizer.learning_rate, optimizer.momentum, optimizer.weight_decay)
         for layer, ref_layer in zip(layers, reference, strict=True):
             np.testing.assert_array_equal(layer.bame_mask.numpy(), ref_layer.mask)
             np.testing.assert_array_equal(layer.bame_state.changes, ref_layer.state.changes)

@@ -28,9 +28,9 @@ mask of ``|W|`` (tiles of ``m`` output x ``m`` input channels), so
 ``Y`` and ``dX`` with the layer's stored mask ``K`` (a buffer, not recomputed);
 ``dW`` is computed only at the kept positions, plus every position of the
 candidate blocks at update steps, as gathered dot products; the other entries
-are not computed (0 in ``weight.grad``). ``layer.bame_update`` evolves ``K`` with
-:func:`nmsim.torch.bame.evolve_mask` and ``layer.bame_sgd_step`` updates the kept
-entries only, as :func:`nmref.bame_training.bame_train_step`.
+are not computed (0 in ``weight.grad``). ``layer.bame_optimizer_step`` evolves
+``K`` with :func:`nmsim.torch.bame.evolve_mask` at update steps and updates the
+kept entries only, as :func:`nmref.bame_training.bame_train_step`.
 Other methods plug into :data:`METHODS`.
 """
 
@@ -442,9 +442,10 @@ class _SparseMixin:
     def bame_sgd_step(
         self, learning_rate: float, momentum: float = 0.9, weight_decay: float = 0.0
     ) -> None:
-        """Momentum SGD on the kept entries only (``v = μv + (g + λw)``, ``w −= lr·v``; pruned
-        weights and their momentum untouched; bias dense), then ``bame_step += 1``.
-        ``nmref.bame_training`` step 4; a stock ``torch.optim.SGD`` would move pruned weights."""
+        """Momentum SGD on the kept entries only: ``v = μv + (g + λw)``, ``w −= lr·v``;
+        pruned weights and their momentum untouched; the bias is dense (``specs/bame.md``
+        §4 step 4). A stock ``torch.optim.SGD`` would move pruned weights (momentum,
+        decay, the candidate entries of ``weight.grad``). Does not advance ``bame_step``."""
         kept = self.bame_mask
         grad = self.weight.grad
         if grad is None:
@@ -456,7 +457,21 @@ class _SparseMixin:
             bias_velocity = self.bame_bias_velocity
             bias_velocity.copy_(momentum * bias_velocity + self.bias.grad)
             self.bias.data.copy_(self.bias.data - learning_rate * bias_velocity)
+
+    def bame_optimizer_step(
+        self, learning_rate: float, momentum: float = 0.9, weight_decay: float = 0.0
+    ):
+        """Steps 3-4 of ``specs/bame.md`` §4 after ``backward``: :meth:`bame_update` and
+        :meth:`bame_sgd_step` in ``bame_config.step_order``, then ``bame_step += 1``.
+        Returns the ``Evolution`` or ``None`` (not an update step)."""
+        if self.bame_config.step_order == "evolve_first":
+            evolution = self.bame_update(learning_rate)
+            self.bame_sgd_step(learning_rate, momentum, weight_decay)
+        else:
+            self.bame_sgd_step(learning_rate, momentum, weight_decay)
+            evolution = self.bame_update(learning_rate)
         self.bame_step += 1
+        return evolution
 
     def sparse_weight(self) -> torch.Tensor:
         """``E ⊙ W`` for the current dense weight (differentiable by the method's rule)."""
