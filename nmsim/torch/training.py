@@ -542,7 +542,10 @@ class SparseLinear(_SparseMixin, nn.Linear):
 
     The dense weight is the parameter; every forward recomputes the mask and
     computes ``F.linear(x, E ⊙ W, bias)``. Gradients follow the method's
-    per-GEMM contract (module docstring).
+    per-GEMM contract (module docstring). ``method="bame"`` keeps its mask in
+    the buffer ``bame_mask`` and its counters in ``bame_state``; train it with
+    ``loss.backward(); layer.bame_optimizer_step(lr, momentum, weight_decay)``
+    (``bame_config``: a :class:`nmref.bame.BameConfig`).
 
     Examples
     --------
