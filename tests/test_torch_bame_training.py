@@ -62,11 +62,11 @@ def _reference_layer(weight, mask, config, bias):
 
 @pytest.mark.parametrize("swap_rule", ["single_swap", "reselect"])
 @pytest.mark.parametrize(
-    ("oscillation", "step_order", "regrow_init"),
-    [("revert_rate", "evolve_first", "zero"), ("change_rate", "step_first", "stale")],
+    ("oscillation", "step_order", "regrow_init", "threshold"),
+    [("revert_rate", "evolve_first", "zero", 0.5), ("change_rate", "step_first", "stale", 0.2)],
 )
 def test_linear_step_by_step_equals_the_reference_bit_for_bit(
-    swap_rule, oscillation, step_order, regrow_init
+    swap_rule, oscillation, step_order, regrow_init, threshold
 ):
     # Small integers and dyadic rates: every product and sum is exact in float64, so the
     # torch layer and nmref must agree to the bit over the whole trajectory (masks,
@@ -77,13 +77,14 @@ def test_linear_step_by_step_equals_the_reference_bit_for_bit(
         oscillation=oscillation,
         step_order=step_order,
         regrow_init=regrow_init,
+        freeze_threshold=threshold,
     )
     weight = rng.integers(-4, 5, size=(8, 16)).astype(np.float64)
     bias = rng.integers(-2, 3, size=8).astype(np.float64)
     layer = _layer(weight, config, bias)
     reference = _reference_layer(weight, layer.bame_mask.numpy(), config, bias)
     optimizer = ref_training.SGD(learning_rate=0.5, momentum=0.5, weight_decay=0.25)
-    evolutions = 0
+    evolutions = frozen = 0
     for step in range(10):
         x = rng.integers(-3, 4, size=(5, 16)).astype(np.float64)
         dy = rng.integers(-3, 4, size=(5, 8)).astype(np.float64)
@@ -120,6 +121,7 @@ def test_linear_step_by_step_equals_the_reference_bit_for_bit(
             ref_training._evolve_layer(reference, grad, step, config, optimizer)
         if updating:
             evolutions += int(evolution.selected.sum())
+            frozen += int((~evolution.candidates).sum())
         np.testing.assert_array_equal(layer.bame_mask.numpy(), reference.mask)
         np.testing.assert_array_equal(layer.weight.detach().numpy(), reference.weight)
         np.testing.assert_array_equal(layer.bame_velocity.numpy(), reference.velocity)
@@ -130,6 +132,8 @@ def test_linear_step_by_step_equals_the_reference_bit_for_bit(
             )
         assert layer.bame_step == step + 1
     assert evolutions > 0  # the trajectory really evolved the mask
+    if threshold < 0.5:
+        assert frozen > 0  # and froze blocks: their pruned entries were not computed
 
 
 @pytest.mark.parametrize("step_order", ["evolve_first", "step_first"])
@@ -216,5 +220,12 @@ def test_sparsify_with_bame_and_errors():
         SparseLinear(8, 4, pattern="1:4", method="bame", bame_config=config)
     with pytest.raises(ValueError, match="only used by method='bame'"):
         SparseLinear(8, 4, method="srste", bame_config=config)
+    layer = SparseLinear(8, 4, method="bame", bame_config=config)
+    layer(torch.ones(2, 8)).sum().backward()
+    with pytest.raises(ValueError, match="momentum"):
+        layer.bame_optimizer_step(0.1, momentum=1.5)
+    with pytest.raises(ValueError, match="learning_rate"):
+        layer.bame_sgd_step(-0.1)
+    assert layer.bame_step == 0
     with pytest.raises(ValueError, match="run backward first"):
         SparseLinear(8, 4, method="bame", bame_config=config.replace(t_i=0)).bame_update(0.1)
