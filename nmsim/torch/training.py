@@ -397,6 +397,47 @@ class _SparseMixin:
         self.bame_state = BameState.initial(mask.cpu().numpy(), m)
         self.bame_step = 0
 
+    _BAME_STATE_FIELDS = ("changes", "reverts", "change_ema", "frozen", "previous_mask")
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)  # type: ignore[misc]
+        if self.method == "bame":
+            # The counters and the step are training state: checkpoint them as plain tensors
+            # (loadable with weights_only=True) so a resumed run continues bit for bit.
+            for name in self._BAME_STATE_FIELDS:
+                value = getattr(self.bame_state, name)
+                destination[f"{prefix}bame_state.{name}"] = torch.from_numpy(value.copy())
+            destination[f"{prefix}bame_state.num_updates"] = torch.tensor(
+                self.bame_state.num_updates
+            )
+            destination[f"{prefix}bame_step"] = torch.tensor(self.bame_step)
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
+        if self.method == "bame":
+            from nmref.bame import BameState
+
+            keys = [f"{prefix}bame_state.{name}" for name in self._BAME_STATE_FIELDS]
+            extra = [*keys, f"{prefix}bame_state.num_updates", f"{prefix}bame_step"]
+            present = [key for key in extra if key in state_dict]
+            if len(present) == len(extra):
+                arrays = {
+                    name: state_dict[key].cpu().numpy().copy()
+                    for name, key in zip(self._BAME_STATE_FIELDS, keys, strict=True)
+                }
+                state = BameState(
+                    **arrays, num_updates=int(state_dict[f"{prefix}bame_state.num_updates"])
+                )
+                self.bame_step = int(state_dict[f"{prefix}bame_step"])
+                self.bame_state = state
+            elif strict:
+                missing_keys.extend(key for key in extra if key not in state_dict)
+            state_dict = {key: value for key, value in state_dict.items() if key not in extra}
+        super()._load_from_state_dict(  # type: ignore[misc]
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
     def bame_gradient_positions(self) -> torch.Tensor:
         """Where the next backward computes ``dW`` (``specs/bame.md`` §3.6): the kept
         entries, plus every entry of the candidate blocks if ``bame_step`` is an update step."""
