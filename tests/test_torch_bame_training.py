@@ -263,3 +263,24 @@ def test_state_dict_checkpoints_the_evolution_state(tmp_path):
     # A dense Linear checkpoint lacks the evolution state: strict loading names it.
     with pytest.raises(RuntimeError, match="bame_step"):
         resumed.load_state_dict(nn.Linear(16, 8, dtype=torch.float64).state_dict())
+
+
+def test_float32_layer_keeps_exact_nm_masks_and_frozen_pruned_weights():
+    torch.manual_seed(0)
+    config = ref.BameConfig(1, 4, t_i=0, t_f=6, update_interval=1, adapt_fraction=0.5)
+    layer = SparseLinear(16, 8, pattern="1:4", method="bame", bame_config=config)
+    assert layer.weight.dtype == torch.float32
+    changed = 0
+    for _ in range(8):
+        before, weight_before = layer.bame_mask.clone(), layer.weight.detach().clone()
+        layer.zero_grad()
+        layer(torch.randn(4, 16)).square().mean().backward()
+        evolution = layer.bame_optimizer_step(0.1)
+        assert bool(nt.is_nm(layer.bame_mask, 1, 4))
+        assert layer.bame_velocity.dtype == layer.weight.dtype == torch.float32
+        pruned = ~before & ~layer.bame_mask
+        assert torch.equal(layer.weight.detach()[pruned], weight_before[pruned])
+        regrown = layer.bame_mask & ~before
+        if evolution is not None:
+            changed += int(regrown.sum())
+    assert changed > 0 and layer.bame_state.num_updates == 6
