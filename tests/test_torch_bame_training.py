@@ -208,14 +208,20 @@ def test_gradcheck_float64():
 
 
 def test_sparsify_with_bame_and_errors():
-    model = nn.Sequential(nn.Linear(8, 4), nn.ReLU(), nn.Conv2d(4, 4, 1), nn.Linear(8, 3))
+    model = nn.Sequential(
+        nn.Linear(8, 4),
+        nn.ReLU(),
+        nn.Conv2d(4, 4, 1, groups=2),
+        nn.Conv2d(4, 4, 1),
+        nn.Linear(8, 3),
+    )
     config = ref.BameConfig(2, 4)
     result = sparsify(model, "bame", "2:4", bame_config=config)
-    assert result.replaced == ("0", "3")
-    assert result.skipped[0][0] == "2" and "Linear layers only" in result.skipped[0][1]
-    assert model[0].bame_config is config and model[0].method == "bame"
-    with pytest.raises(ValueError, match="SparseLinear only"):
-        nt.SparseConv2d(4, 4, 1, method="bame")
+    assert result.replaced == ("0", "3", "4")
+    assert result.skipped[0][0] == "2" and "groups=1" in result.skipped[0][1]
+    assert model[0].bame_config is config and model[3].method == "bame"
+    with pytest.raises(ValueError, match="groups=1"):
+        nt.SparseConv2d(8, 8, 1, groups=2, method="bame")
     with pytest.raises(ValueError, match="must equal pattern"):
         SparseLinear(8, 4, pattern="1:4", method="bame", bame_config=config)
     with pytest.raises(ValueError, match="only used by method='bame'"):
@@ -284,3 +290,84 @@ def test_float32_layer_keeps_exact_nm_masks_and_frozen_pruned_weights():
         if evolution is not None:
             changed += int(regrown.sum())
     assert changed > 0 and layer.bame_state.num_updates == 6
+
+
+@pytest.mark.parametrize("layout", ["channels", "flat"])
+def test_conv_step_by_step_equals_the_reference_bit_for_bit(layout):
+    # A 3x3 convolution on small integers with dyadic rates: Y, dX and the computed dW entries
+    # equal the dense torch GEMMs exactly (0 where not computed), and the evolution on the
+    # layout's [rows, reduction] matrix equals nmref.bame.evolve_mask + the §4 SGD bit for bit.
+    from nmref.layouts import from_reduction_matrix, to_reduction_matrix
+
+    rng = np.random.default_rng(9)
+    config = _config(n=2, m=4)
+    layer = nt.SparseConv2d(
+        4,
+        4,
+        3,
+        padding=1,
+        bias=False,
+        pattern="2:4",
+        method="bame",
+        layout=layout,
+        bame_config=config,
+        dtype=torch.float64,
+    )
+    shape = tuple(layer.weight.shape)
+    with torch.no_grad():
+        layer.weight.copy_(torch.from_numpy(rng.integers(-4, 5, shape).astype(np.float64)))
+        layer.bame_mask.copy_(nt.magnitude_mask(layer.weight, 2, 4, layout=layout))
+    layer.bame_state = ref.BameState.initial(
+        to_reduction_matrix(layer.bame_mask.numpy(), layout), 4
+    )
+    matrix = to_reduction_matrix(layer.weight.detach().numpy(), layout)
+    rows = matrix.shape[0]
+    reference = ref_training.SparseLinear(
+        weight=matrix.copy(),
+        bias=np.zeros(rows),
+        mask=to_reduction_matrix(layer.bame_mask.numpy(), layout).copy(),  # no alias
+        velocity=np.zeros_like(matrix),
+        bias_velocity=np.zeros(rows),
+        state=layer.bame_state,
+    )
+    optimizer = ref_training.SGD(learning_rate=0.5, momentum=0.5, weight_decay=0.25)
+    evolutions = 0
+    for step in range(8):
+        x = torch.from_numpy(rng.integers(-2, 3, (2, 4, 5, 5)).astype(np.float64))
+        dy = torch.from_numpy(rng.integers(-2, 3, (2, 4, 5, 5)).astype(np.float64))
+        x.requires_grad_(True)
+        layer.zero_grad()
+        y = layer(x)
+        y.backward(dy)
+        sparse = torch.from_numpy(from_reduction_matrix(reference.effective_weight, shape, layout))
+        assert torch.equal(y.detach(), torch.nn.functional.conv2d(x.detach(), sparse, padding=1))
+        dense_dx = torch.nn.grad.conv2d_input(x.shape, sparse, dy, padding=1)
+        assert torch.equal(x.grad, dense_dx)
+        updating = ref.is_update_step(step, config)
+        positions = reference.mask
+        if updating:
+            candidates = ref.candidate_blocks(reference.state, config)
+            positions = ref.gradient_positions(reference.mask, candidates, 4)
+        weight_positions = torch.from_numpy(from_reduction_matrix(positions, shape, layout))
+        assert torch.equal(layer.bame_gradient_positions(), weight_positions)
+        dense_dw = torch.nn.grad.conv2d_weight(x.detach(), shape, dy, padding=1)
+        assert torch.equal(layer.weight.grad, torch.where(weight_positions, dense_dw, 0.0))
+        grad = np.where(positions, to_reduction_matrix(dense_dw.numpy(), layout), np.nan)
+        evolution = layer.bame_optimizer_step(
+            optimizer.learning_rate, optimizer.momentum, optimizer.weight_decay
+        )
+        if updating:
+            ref_training._evolve_layer(reference, grad, step, config, optimizer)
+            evolutions += int(evolution.selected.sum())
+        ref_training._sgd_on_kept(reference, grad, np.zeros(rows), optimizer)
+        np.testing.assert_array_equal(
+            to_reduction_matrix(layer.bame_mask.numpy(), layout), reference.mask
+        )
+        np.testing.assert_array_equal(
+            to_reduction_matrix(layer.weight.detach().numpy(), layout), reference.weight
+        )
+        np.testing.assert_array_equal(
+            to_reduction_matrix(layer.bame_velocity.numpy(), layout), reference.velocity
+        )
+        np.testing.assert_array_equal(layer.bame_state.changes, reference.state.changes)
+    assert evolutions > 0

@@ -24,7 +24,8 @@ product and one for the sum).
 ``method="transposable"`` (Hubara et al. 2021): ``E`` is the exact transposable
 mask of ``|W|`` (tiles of ``m`` output x ``m`` input channels), so
 ``dX = dY (E ⊙ W)`` is N:M along its own reduction axis too; ``dW`` as SR-STE.
-``method="bame"`` (BAME-style evolution, ``specs/bame.md`` §3.6, §4; Linear only):
+``method="bame"`` (BAME-style evolution, ``specs/bame.md`` §3.6, §4; convolutions with
+``groups=1``, blocks along the layout's reduction axis):
 ``Y`` and ``dX`` with the layer's stored mask ``K`` (a buffer, not recomputed);
 ``dW`` is computed only at the kept positions, plus every position of the
 candidate blocks at update steps, as gathered dot products; the other entries
@@ -53,6 +54,7 @@ __all__ = [
     "LAYER_METHODS",
     "METHODS",
     "SRSTE_DEFAULT_DECAY",
+    "BameConv2dFunction",
     "BameLinearFunction",
     "BiMaskConv2dFunction",
     "BiMaskLinearFunction",
@@ -204,6 +206,39 @@ class BameLinearFunction(torch.autograd.Function):
         grad_weight = gathered_weight_gradient(flat_x, flat_grad, positions)
         grad_bias = flat_grad.sum(0) if ctx.has_bias else None
         return grad_input, grad_weight, grad_bias, None, None
+
+
+class BameConv2dFunction(torch.autograd.Function):
+    """BAME convolution (``groups=1``): ``Y`` and ``dX`` with ``K ⊙ W``; ``dW`` only where
+    ``positions`` (weight-shaped), as gathered dot products over the unfolded input
+    (``dW[o, j] = Σ_{b,l} dY[b, o, l] · unfold(X)[b, j, l]``, ``j`` the row-major
+    ``(c, kh, kw)`` index); 0 elsewhere."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, mask, positions, conv):  # type: ignore[override]
+        stride, padding, dilation = conv
+        sparse = torch.where(mask, weight, torch.zeros_like(weight))
+        ctx.save_for_backward(x, sparse, positions)
+        ctx.has_bias, ctx.conv = bias is not None, conv
+        return F.conv2d(x, sparse, bias, stride, padding, dilation)
+
+    @staticmethod
+    def backward(ctx, grad_output):  # type: ignore[override]
+        x, sparse, positions = ctx.saved_tensors
+        stride, padding, dilation = ctx.conv
+        grad_input = torch.nn.grad.conv2d_input(
+            x.shape, sparse, grad_output, stride, padding, dilation
+        )
+        out_channels = sparse.shape[0]
+        unfolded = F.unfold(x, sparse.shape[2:], dilation, padding, stride)  # (B, C*k, L)
+        flat_x = unfolded.transpose(1, 2).reshape(-1, unfolded.shape[1])
+        flat_grad = grad_output.reshape(grad_output.shape[0], out_channels, -1)
+        flat_grad = flat_grad.transpose(1, 2).reshape(-1, out_channels)
+        grad_weight = gathered_weight_gradient(
+            flat_x, flat_grad, positions.reshape(out_channels, -1)
+        ).reshape(sparse.shape)
+        grad_bias = grad_output.sum((0, 2, 3)) if ctx.has_bias else None
+        return grad_input, grad_weight, grad_bias, None, None, None
 
 
 def gathered_weight_gradient(
@@ -376,8 +411,12 @@ class _SparseMixin:
     def _init_bame(self, config) -> None:
         from nmref.bame import BameConfig, BameState
 
-        if not isinstance(self, nn.Linear):
-            raise ValueError("method='bame' is implemented for SparseLinear only")
+        if isinstance(self, nn.Conv2d) and (
+            self.groups != 1 or self.padding_mode != "zeros" or isinstance(self.padding, str)
+        ):
+            raise ValueError(
+                "method='bame' convolutions need groups=1, padding_mode='zeros' and numeric padding"
+            )
         n, m = self.pattern
         if config is None:
             config = BameConfig(n, m)
@@ -389,13 +428,24 @@ class _SparseMixin:
             )
         self.bame_config = config
         with torch.no_grad():
-            mask = magnitude_mask(self.weight, n, m, layout="linear")
+            mask = magnitude_mask(self.weight, n, m, layout=self.layout)
         self.register_buffer("bame_mask", mask)
         self.register_buffer("bame_velocity", torch.zeros_like(self.weight, requires_grad=False))
         if self.bias is not None:
             self.register_buffer("bame_bias_velocity", torch.zeros_like(self.bias.detach()))
-        self.bame_state = BameState.initial(mask.cpu().numpy(), m)
+        self.bame_state = BameState.initial(self._to_matrix(mask).cpu().numpy(), m)
         self.bame_step = 0
+
+    def _to_matrix(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The weight-shaped ``tensor`` as the ``[rows, reduction]`` matrix of the layout."""
+        from .layouts import to_reduction_matrix
+
+        return to_reduction_matrix(tensor, self.layout)
+
+    def _from_matrix(self, matrix: torch.Tensor) -> torch.Tensor:
+        from .layouts import from_reduction_matrix
+
+        return from_reduction_matrix(matrix, tuple(self.weight.shape), self.layout)
 
     _BAME_STATE_FIELDS = ("changes", "reverts", "change_ema", "frozen", "previous_mask")
 
@@ -447,7 +497,8 @@ class _SparseMixin:
             return self.bame_mask
         candidates = candidate_blocks(self.bame_state, self.bame_config)
         expanded = torch.from_numpy(candidates).to(self.bame_mask.device)
-        return self.bame_mask | expanded.repeat_interleave(self.pattern.m, dim=1)
+        expanded = self._from_matrix(expanded.repeat_interleave(self.pattern.m, dim=1))
+        return self.bame_mask | expanded
 
     @torch.no_grad()
     def bame_update(self, learning_rate: float | None = None):
@@ -464,18 +515,18 @@ class _SparseMixin:
         if self.weight.grad is None:
             raise ValueError("bame_update needs weight.grad: run backward first")
         evolution = evolve_mask(
-            self.weight.detach(),
-            self.bame_mask,
-            self.weight.grad,
+            self._to_matrix(self.weight.detach()),
+            self._to_matrix(self.bame_mask),
+            self._to_matrix(self.weight.grad),
             self.bame_state,
             self.bame_step,
             self.bame_config,
             learning_rate=learning_rate,
-            velocity=self.bame_velocity,
+            velocity=self._to_matrix(self.bame_velocity),
         )
-        self.weight.copy_(evolution.weight)
-        self.bame_mask.copy_(evolution.mask)
-        self.bame_velocity.copy_(evolution.velocity)
+        self.weight.copy_(self._from_matrix(evolution.weight))
+        self.bame_mask.copy_(self._from_matrix(evolution.mask))
+        self.bame_velocity.copy_(self._from_matrix(evolution.velocity))
         self.bame_state = evolution.state
         return evolution
 
@@ -672,6 +723,7 @@ class SparseConv2d(_SparseMixin, nn.Conv2d):
         method: str = "srste",
         layout: Layout = "channels",
         decay: float = SRSTE_DEFAULT_DECAY,
+        bame_config=None,
         device=None,
         dtype=None,
     ) -> None:
@@ -689,7 +741,7 @@ class SparseConv2d(_SparseMixin, nn.Conv2d):
             device=device,
             dtype=dtype,
         )
-        self._init_sparse(pattern, method, layout, decay)
+        self._init_sparse(pattern, method, layout, decay, bame_config)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.method == "bimask":
@@ -709,6 +761,11 @@ class SparseConv2d(_SparseMixin, nn.Conv2d):
                 self.layout,
                 conv,
             )
+        if self.method == "bame":
+            conv = (self.stride, self.padding, self.dilation)
+            return BameConv2dFunction.apply(
+                x, self.weight, self.bias, self.bame_mask, self.bame_gradient_positions(), conv
+            )
         return self._conv_forward(x, self.sparse_weight(), self.bias)
 
     @classmethod
@@ -724,6 +781,7 @@ class SparseConv2d(_SparseMixin, nn.Conv2d):
             options.get("method", "srste"),
             options.get("layout", "channels"),
             options.get("decay", SRSTE_DEFAULT_DECAY),
+            options.get("bame_config"),
         )
         return layer
 
@@ -762,8 +820,8 @@ def sparsify(
         Which layers to consider; ``exclude`` wins.
     conv_layout : {"channels", "flat"}, default "channels"
     bame_config : nmref.bame.BameConfig, optional
-        ``method="bame"`` only (default ``BameConfig(n, m)``); BAME layers are
-        Linear only, so convolutions are skipped with that reason.
+        ``method="bame"`` only (default ``BameConfig(n, m)``); grouped
+        convolutions are skipped with that reason.
 
     Returns
     -------
@@ -791,8 +849,8 @@ def sparsify(
             continue
         if matches(exclude, name, module):
             continue
-        if method == "bame" and not isinstance(module, nn.Linear):
-            skipped.append((name, "method='bame' is implemented for Linear layers only"))
+        if method == "bame" and isinstance(module, nn.Conv2d) and module.groups != 1:
+            skipped.append((name, "method='bame' convolutions need groups=1"))
             continue
         layout = "linear" if isinstance(module, nn.Linear) else conv_layout
         _, length = to_reduction_shape(tuple(module.weight.shape), layout)
@@ -805,9 +863,9 @@ def sparsify(
             )
             continue
         options = {"pattern": parsed, "method": method, "decay": decay}
+        if method == "bame":
+            options["bame_config"] = bame_config
         if isinstance(module, nn.Linear):
-            if method == "bame":
-                options["bame_config"] = bame_config
             new = SparseLinear.from_dense(module, **options)
         else:
             new = SparseConv2d.from_dense(module, layout=conv_layout, **options)
