@@ -62,11 +62,14 @@ def _reference_layer(weight, mask, config, bias):
 
 @pytest.mark.parametrize("swap_rule", ["single_swap", "reselect"])
 @pytest.mark.parametrize(
-    ("oscillation", "step_order", "regrow_init", "threshold"),
-    [("revert_rate", "evolve_first", "zero", 0.5), ("change_rate", "step_first", "stale", 0.2)],
+    ("oscillation", "step_order", "regrow_init", "threshold", "mode"),
+    [
+        ("revert_rate", "evolve_first", "zero", 0.5, "gathered"),
+        ("change_rate", "step_first", "stale", 0.2, "masked_dense"),
+    ],
 )
 def test_linear_step_by_step_equals_the_reference_bit_for_bit(
-    swap_rule, oscillation, step_order, regrow_init, threshold
+    swap_rule, oscillation, step_order, regrow_init, threshold, mode
 ):
     # Small integers and dyadic rates: every product and sum is exact in float64, so the
     # torch layer and nmref must agree to the bit over the whole trajectory (masks,
@@ -82,6 +85,7 @@ def test_linear_step_by_step_equals_the_reference_bit_for_bit(
     weight = rng.integers(-4, 5, size=(8, 16)).astype(np.float64)
     bias = rng.integers(-2, 3, size=8).astype(np.float64)
     layer = _layer(weight, config, bias)
+    layer.bame_weight_gradient = mode
     reference = _reference_layer(weight, layer.bame_mask.numpy(), config, bias)
     optimizer = ref_training.SGD(learning_rate=0.5, momentum=0.5, weight_decay=0.25)
     evolutions = frozen = 0
@@ -233,6 +237,9 @@ def test_sparsify_with_bame_and_errors():
     with pytest.raises(ValueError, match="learning_rate"):
         layer.bame_sgd_step(-0.1)
     assert layer.bame_step == 0
+    layer.bame_weight_gradient = "dense"
+    with pytest.raises(ValueError, match="bame_weight_gradient='dense' must be one of"):
+        layer(torch.ones(2, 8))
     with pytest.raises(ValueError, match="run backward first"):
         SparseLinear(8, 4, method="bame", bame_config=config.replace(t_i=0)).bame_update(0.1)
 
@@ -292,8 +299,8 @@ def test_float32_layer_keeps_exact_nm_masks_and_frozen_pruned_weights():
     assert changed > 0 and layer.bame_state.num_updates == 6
 
 
-@pytest.mark.parametrize("layout", ["channels", "flat"])
-def test_conv_step_by_step_equals_the_reference_bit_for_bit(layout):
+@pytest.mark.parametrize(("layout", "mode"), [("channels", "gathered"), ("flat", "masked_dense")])
+def test_conv_step_by_step_equals_the_reference_bit_for_bit(layout, mode):
     # A 3x3 convolution on small integers with dyadic rates: Y, dX and the computed dW entries
     # equal the dense torch GEMMs exactly (0 where not computed), and the evolution on the
     # layout's [rows, reduction] matrix equals nmref.bame.evolve_mask + the §4 SGD bit for bit.
@@ -313,6 +320,7 @@ def test_conv_step_by_step_equals_the_reference_bit_for_bit(layout):
         bame_config=config,
         dtype=torch.float64,
     )
+    layer.bame_weight_gradient = mode
     shape = tuple(layer.weight.shape)
     with torch.no_grad():
         layer.weight.copy_(torch.from_numpy(rng.integers(-4, 5, shape).astype(np.float64)))

@@ -191,10 +191,11 @@ class BameLinearFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, weight, bias, mask, positions):  # type: ignore[override]
+    def forward(ctx, x, weight, bias, mask, positions, mode="gathered"):  # type: ignore[override]
+        _check_gradient_mode(mode)
         sparse = torch.where(mask, weight, torch.zeros_like(weight))
         ctx.save_for_backward(x, sparse, positions)
-        ctx.has_bias = bias is not None
+        ctx.has_bias, ctx.mode = bias is not None, mode
         return F.linear(x, sparse, bias)
 
     @staticmethod
@@ -203,9 +204,12 @@ class BameLinearFunction(torch.autograd.Function):
         grad_input = grad_output @ sparse
         flat_grad = grad_output.reshape(-1, sparse.shape[0])
         flat_x = x.reshape(-1, sparse.shape[1])
-        grad_weight = gathered_weight_gradient(flat_x, flat_grad, positions)
+        if ctx.mode == "gathered":
+            grad_weight = gathered_weight_gradient(flat_x, flat_grad, positions)
+        else:
+            grad_weight = torch.where(positions, flat_grad.T @ flat_x, 0.0)
         grad_bias = flat_grad.sum(0) if ctx.has_bias else None
-        return grad_input, grad_weight, grad_bias, None, None
+        return grad_input, grad_weight, grad_bias, None, None, None
 
 
 class BameConv2dFunction(torch.autograd.Function):
@@ -215,11 +219,12 @@ class BameConv2dFunction(torch.autograd.Function):
     ``(c, kh, kw)`` index); 0 elsewhere."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, mask, positions, conv):  # type: ignore[override]
+    def forward(ctx, x, weight, bias, mask, positions, conv, mode="gathered"):  # type: ignore[override]
+        _check_gradient_mode(mode)
         stride, padding, dilation = conv
         sparse = torch.where(mask, weight, torch.zeros_like(weight))
         ctx.save_for_backward(x, sparse, positions)
-        ctx.has_bias, ctx.conv = bias is not None, conv
+        ctx.has_bias, ctx.conv, ctx.mode = bias is not None, conv, mode
         return F.conv2d(x, sparse, bias, stride, padding, dilation)
 
     @staticmethod
@@ -229,6 +234,12 @@ class BameConv2dFunction(torch.autograd.Function):
         grad_input = torch.nn.grad.conv2d_input(
             x.shape, sparse, grad_output, stride, padding, dilation
         )
+        if ctx.mode == "masked_dense":
+            dense = torch.nn.grad.conv2d_weight(
+                x, sparse.shape, grad_output, stride, padding, dilation
+            )
+            grad_bias = grad_output.sum((0, 2, 3)) if ctx.has_bias else None
+            return grad_input, torch.where(positions, dense, 0.0), grad_bias, None, None, None, None
         out_channels = sparse.shape[0]
         unfolded = F.unfold(x, sparse.shape[2:], dilation, padding, stride)  # (B, C*k, L)
         flat_x = unfolded.transpose(1, 2).reshape(-1, unfolded.shape[1])
@@ -238,7 +249,15 @@ class BameConv2dFunction(torch.autograd.Function):
             flat_x, flat_grad, positions.reshape(out_channels, -1)
         ).reshape(sparse.shape)
         grad_bias = grad_output.sum((0, 2, 3)) if ctx.has_bias else None
-        return grad_input, grad_weight, grad_bias, None, None, None
+        return grad_input, grad_weight, grad_bias, None, None, None, None
+
+
+BAME_GRADIENT_MODES = ("gathered", "masked_dense")
+
+
+def _check_gradient_mode(mode: str) -> None:
+    if mode not in BAME_GRADIENT_MODES:
+        raise ValueError(f"bame_weight_gradient={mode!r} must be one of {BAME_GRADIENT_MODES}")
 
 
 def gathered_weight_gradient(
@@ -427,6 +446,10 @@ class _SparseMixin:
                 f"bame_config pattern {config.n}:{config.m} must equal pattern={self.pattern}"
             )
         self.bame_config = config
+        # "gathered": only the listed dW entries are computed (the spec's GEMM, slow on a
+        # CPU); "masked_dense": dense dY^T X, then keep the listed entries (same entries and,
+        # on exact data, the same bits; fast wherever a dense GEMM is).
+        self.bame_weight_gradient = "gathered"
         with torch.no_grad():
             mask = magnitude_mask(self.weight, n, m, layout=self.layout)
         self.register_buffer("bame_mask", mask)
@@ -676,7 +699,12 @@ class SparseLinear(_SparseMixin, nn.Linear):
             )
         if self.method == "bame":
             return BameLinearFunction.apply(
-                x, self.weight, self.bias, self.bame_mask, self.bame_gradient_positions()
+                x,
+                self.weight,
+                self.bias,
+                self.bame_mask,
+                self.bame_gradient_positions(),
+                self.bame_weight_gradient,
             )
         return F.linear(x, self.sparse_weight(), self.bias)
 
@@ -764,7 +792,13 @@ class SparseConv2d(_SparseMixin, nn.Conv2d):
         if self.method == "bame":
             conv = (self.stride, self.padding, self.dilation)
             return BameConv2dFunction.apply(
-                x, self.weight, self.bias, self.bame_mask, self.bame_gradient_positions(), conv
+                x,
+                self.weight,
+                self.bias,
+                self.bame_mask,
+                self.bame_gradient_positions(),
+                conv,
+                self.bame_weight_gradient,
             )
         return self._conv_forward(x, self.sparse_weight(), self.bias)
 
