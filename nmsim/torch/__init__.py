@@ -13,6 +13,7 @@ from .masks import SUPPORTED_DTYPES, is_nm, magnitude_mask, nm_mask, to_magnitud
 from .training import (
     METHODS,
     SRSTE_DEFAULT_DECAY,
+    BameConv2dFunction,
     BameLinearFunction,
     MaskedWeight,
     SparseConv2d,
@@ -66,6 +67,7 @@ __all__ = [
     "METHODS",
     "SRSTE_DEFAULT_DECAY",
     "SUPPORTED_DTYPES",
+    "BameConv2dFunction",
     "BameLinearFunction",
     "MaskedWeight",
     "SparseConv2d",
