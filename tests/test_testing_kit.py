@@ -112,3 +112,20 @@ def test_exceptions_and_bad_outputs_are_failures_not_crashes():
         lambda s, n, m: np.full(s.shape, 3), quick=True, raise_on_failure=False
     )
     assert "not a 0/1 mask" in str(not_binary)
+
+
+def test_keys_near_the_float_maximum_give_a_verdict_not_an_overflow():
+    # Found by hypothesis on the torch path: the kit rounded the exact kept sums to float
+    # before subtracting, so 2 * 1.7e308 raised OverflowError even when the masks agreed.
+    from nmref.testing import Case
+
+    big = np.finfo(np.float64).max
+    scores = np.array([[big, big / 2, 1.0, big]])
+    case = Case(scores, 2, 4, "huge", "float64", None, "near max")
+    agreed = nmref.testing.check_nm_mask(lambda s, n, m: nmref.nm_mask(s, n, m), [case])
+    assert agreed.ok and agreed.max_gap == 0.0
+    # Keeping [big, 1.0] instead of [big, big]: the gap is big - 1.0, exactly rounded.
+    wrong = nmref.testing.check_nm_mask(
+        lambda s, n, m: np.array([[True, False, True, False]]), [case], raise_on_failure=False
+    )
+    assert not wrong.ok and wrong.max_gap == big

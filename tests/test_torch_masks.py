@@ -169,3 +169,14 @@ def test_layout_round_trip_equals_nmref():
         np.testing.assert_array_equal(matrix.numpy(), nmref.to_reduction_matrix(weights, layout))
         back = nt.from_reduction_matrix(matrix, weights.shape, layout)
         np.testing.assert_array_equal(back.numpy(), weights)
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "uint32", "uint64"])
+def test_unsigned_wider_than_8_bits_is_rejected_by_name(dtype):
+    # specs/torch.md §1: torch has no ordered uint16/32/64 on every backend, so they raise
+    # TypeError naming the argument and the dtype, for masks and magnitude masks alike.
+    tensor = torch.zeros(2, 4, dtype=getattr(torch, dtype))
+    with pytest.raises(TypeError, match=f"scores must have .* got dtype=torch.{dtype}"):
+        nt.nm_mask(tensor, 2, 4)
+    with pytest.raises(TypeError, match=f"weights must have .* got dtype=torch.{dtype}"):
+        nt.magnitude_mask(tensor, 2, 4)

@@ -227,3 +227,17 @@ def test_masks_and_gradients_along_a_trajectory_equal_nmref_srste_step(dtype, la
         masks_seen.add(expected.mask.tobytes())
         optimizer.step()
     assert len(masks_seen) > 1  # the mask really changes along the trajectory
+
+
+@pytest.mark.parametrize("method", ["ste", "srste", "bimask"])
+def test_a_pruned_infinite_weight_contributes_zero_not_nan(method):
+    # specs/torch.md §3: pruned weights are zeroed with `where`. In [inf, inf, inf, 1] at 2:4
+    # the third inf is pruned (ties: lower index kept); a multiplied mask would give
+    # inf * 0 = NaN in Y, `where` gives exactly the sum of the kept products, +inf.
+    layer = nt.SparseLinear(4, 4, bias=False, pattern="2:4", method=method)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[float("inf")] * 3 + [1.0]] + [[1.0, 2.0, 3.0, 4.0]] * 3))
+    assert layer.mask()[0].tolist() == [True, True, False, False]
+    y = layer(torch.ones(1, 4))
+    assert y[0, 0].item() == float("inf")
+    assert y[0, 1:].tolist() == [7.0, 7.0, 7.0]

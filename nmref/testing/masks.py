@@ -50,14 +50,28 @@ def _input_repr(array: NDArray) -> str:
         return "input = np." + repr(array).replace("\n", "\n  ")
 
 
-def _kept_sum(keys: NDArray, mask: NDArray) -> float:
-    """Exact sum of the kept keys (as a float), or nan for non-finite keys."""
+def _kept_sum(keys: NDArray, mask: NDArray) -> Fraction | None:
+    """Exact sum of the kept keys, or None for non-finite keys."""
     kept = keys[mask]
     if kept.dtype.kind == "f" and not np.isfinite(kept).all():
-        return math.nan
+        return None
     if kept.dtype.kind == "f":
-        return float(sum((Fraction(float(v)) for v in kept), start=Fraction(0)))
-    return float(sum(int(v) for v in kept))
+        return sum((Fraction(float(v)) for v in kept), start=Fraction(0))
+    return Fraction(sum(int(v) for v in kept))
+
+
+def _objective_gap(keys: NDArray, expected: NDArray, got: NDArray) -> float:
+    """``kept(expected) - kept(got)``, exact until the final rounding; ±inf when that
+    difference is beyond float64 (sums of keys near the float maximum), nan when a kept key
+    is not finite."""
+    want, have = _kept_sum(keys, expected), _kept_sum(keys, got)
+    if want is None or have is None:
+        return math.nan
+    difference = want - have
+    try:
+        return float(difference)
+    except OverflowError:
+        return math.copysign(math.inf, difference)
 
 
 def _hint(keys_group: NDArray, expected: NDArray, got: NDArray, n_required: int) -> str:
@@ -127,9 +141,9 @@ def compare_masks(
     got_matrix = to_matrix(got_array)
     expected_matrix = to_matrix(expected)
     m = case.m
-    gap = _kept_sum(keys_matrix, expected_matrix) - _kept_sum(keys_matrix, got_matrix)
     if np.array_equal(got_matrix, expected_matrix):
         return None, 0.0
+    gap = _objective_gap(keys_matrix, expected_matrix, got_matrix)
     rows = keys_matrix.shape[0]
     got_groups = got_matrix.reshape(rows, -1, m)
     expected_groups = expected_matrix.reshape(rows, -1, m)

@@ -13,6 +13,8 @@ from .masks import SUPPORTED_DTYPES, is_nm, magnitude_mask, nm_mask, to_magnitud
 from .training import (
     METHODS,
     SRSTE_DEFAULT_DECAY,
+    BameConv2dFunction,
+    BameLinearFunction,
     MaskedWeight,
     SparseConv2d,
     SparseLinear,
@@ -65,6 +67,8 @@ __all__ = [
     "METHODS",
     "SRSTE_DEFAULT_DECAY",
     "SUPPORTED_DTYPES",
+    "BameConv2dFunction",
+    "BameLinearFunction",
     "MaskedWeight",
     "SparseConv2d",
     "SparseLinear",

@@ -280,6 +280,23 @@ def _bame_select(dtype: str, device: str, quick: bool) -> Report:
     return check_select_blocks(impl, raise_on_failure=False)
 
 
+def _bame_training(dtype: str, device: str, quick: bool) -> Report:
+    from nmref.testing.bame import check_bame_training
+
+    from .training import BameLinearFunction
+
+    def impl(x, w, mask, dy, positions):
+        tensors = [torch.from_numpy(a).to(device) for a in (x, w, mask, dy, positions)]
+        x_t, w_t, mask_t, dy_t, positions_t = tensors
+        x_t.requires_grad_(True)
+        w_t.requires_grad_(True)
+        y = BameLinearFunction.apply(x_t, w_t, None, mask_t, positions_t)
+        y.backward(dy_t)
+        return tuple(t.detach().cpu().numpy() for t in (y, x_t.grad, w_t.grad))
+
+    return check_bame_training(impl, dtype=dtype, raise_on_failure=False)
+
+
 def _register_bame() -> None:
     try:
         import nmref.bame  # noqa: F401
@@ -287,6 +304,7 @@ def _register_bame() -> None:
         return
     register(Suite("bame block_scores", ("float64",), _bame_scores))
     register(Suite("bame select_blocks", ("float64",), _bame_select))
+    register(Suite("bame training step", ("float32", "float64"), _bame_training))
 
 
 _register_bame()

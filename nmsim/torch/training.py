@@ -24,6 +24,14 @@ product and one for the sum).
 ``method="transposable"`` (Hubara et al. 2021): ``E`` is the exact transposable
 mask of ``|W|`` (tiles of ``m`` output x ``m`` input channels), so
 ``dX = dY (E ⊙ W)`` is N:M along its own reduction axis too; ``dW`` as SR-STE.
+``method="bame"`` (BAME-style evolution, ``specs/bame.md`` §3.6, §4; convolutions with
+``groups=1``, blocks along the layout's reduction axis):
+``Y`` and ``dX`` with the layer's stored mask ``K`` (a buffer, not recomputed);
+``dW`` is computed only at the kept positions, plus every position of the
+candidate blocks at update steps, as gathered dot products; the other entries
+are not computed (0 in ``weight.grad``). ``layer.bame_optimizer_step`` evolves
+``K`` with :func:`nmsim.torch.bame.evolve_mask` at update steps and updates the
+kept entries only, as :func:`nmref.bame_training.bame_train_step`.
 Other methods plug into :data:`METHODS`.
 """
 
@@ -46,6 +54,8 @@ __all__ = [
     "LAYER_METHODS",
     "METHODS",
     "SRSTE_DEFAULT_DECAY",
+    "BameConv2dFunction",
+    "BameLinearFunction",
     "BiMaskConv2dFunction",
     "BiMaskLinearFunction",
     "GivenMaskWeight",
@@ -171,6 +181,102 @@ class BiMaskConv2dFunction(torch.autograd.Function):
         return grad_input, grad_weight, grad_bias, None, None, None, None, None, None, None
 
 
+class BameLinearFunction(torch.autograd.Function):
+    """BAME Linear (``specs/bame.md`` §3.6): ``Y = X (K ⊙ W)^T + b``, ``dX = dY (K ⊙ W)``,
+    ``dW[r, c] = Σ_b dY[b, r] X[b, c]`` only where ``positions[r, c]`` (0 elsewhere).
+
+    ``positions`` must contain ``mask`` (kept entries are always computed). The
+    computed entries are gathered dot products, never a dense ``dY^T X``
+    (O(batch * positions.sum()) work, chunked to bound memory).
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, mask, positions, mode="gathered"):  # type: ignore[override]
+        _check_gradient_mode(mode)
+        sparse = torch.where(mask, weight, torch.zeros_like(weight))
+        ctx.save_for_backward(x, sparse, positions)
+        ctx.has_bias, ctx.mode = bias is not None, mode
+        return F.linear(x, sparse, bias)
+
+    @staticmethod
+    def backward(ctx, grad_output):  # type: ignore[override]
+        x, sparse, positions = ctx.saved_tensors
+        grad_input = grad_output @ sparse
+        flat_grad = grad_output.reshape(-1, sparse.shape[0])
+        flat_x = x.reshape(-1, sparse.shape[1])
+        if ctx.mode == "gathered":
+            grad_weight = gathered_weight_gradient(flat_x, flat_grad, positions)
+        else:
+            grad_weight = torch.where(positions, flat_grad.T @ flat_x, 0.0)
+        grad_bias = flat_grad.sum(0) if ctx.has_bias else None
+        return grad_input, grad_weight, grad_bias, None, None, None
+
+
+class BameConv2dFunction(torch.autograd.Function):
+    """BAME convolution (``groups=1``): ``Y`` and ``dX`` with ``K ⊙ W``; ``dW`` only where
+    ``positions`` (weight-shaped), as gathered dot products over the unfolded input
+    (``dW[o, j] = Σ_{b,l} dY[b, o, l] · unfold(X)[b, j, l]``, ``j`` the row-major
+    ``(c, kh, kw)`` index); 0 elsewhere."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, mask, positions, conv, mode="gathered"):  # type: ignore[override]
+        _check_gradient_mode(mode)
+        stride, padding, dilation = conv
+        sparse = torch.where(mask, weight, torch.zeros_like(weight))
+        ctx.save_for_backward(x, sparse, positions)
+        ctx.has_bias, ctx.conv, ctx.mode = bias is not None, conv, mode
+        return F.conv2d(x, sparse, bias, stride, padding, dilation)
+
+    @staticmethod
+    def backward(ctx, grad_output):  # type: ignore[override]
+        x, sparse, positions = ctx.saved_tensors
+        stride, padding, dilation = ctx.conv
+        grad_input = torch.nn.grad.conv2d_input(
+            x.shape, sparse, grad_output, stride, padding, dilation
+        )
+        if ctx.mode == "masked_dense":
+            dense = torch.nn.grad.conv2d_weight(
+                x, sparse.shape, grad_output, stride, padding, dilation
+            )
+            grad_bias = grad_output.sum((0, 2, 3)) if ctx.has_bias else None
+            return grad_input, torch.where(positions, dense, 0.0), grad_bias, None, None, None, None
+        out_channels = sparse.shape[0]
+        unfolded = F.unfold(x, sparse.shape[2:], dilation, padding, stride)  # (B, C*k, L)
+        flat_x = unfolded.transpose(1, 2).reshape(-1, unfolded.shape[1])
+        flat_grad = grad_output.reshape(grad_output.shape[0], out_channels, -1)
+        flat_grad = flat_grad.transpose(1, 2).reshape(-1, out_channels)
+        grad_weight = gathered_weight_gradient(
+            flat_x, flat_grad, positions.reshape(out_channels, -1)
+        ).reshape(sparse.shape)
+        grad_bias = grad_output.sum((0, 2, 3)) if ctx.has_bias else None
+        return grad_input, grad_weight, grad_bias, None, None, None, None
+
+
+BAME_GRADIENT_MODES = ("gathered", "masked_dense")
+
+
+def _check_gradient_mode(mode: str) -> None:
+    if mode not in BAME_GRADIENT_MODES:
+        raise ValueError(f"bame_weight_gradient={mode!r} must be one of {BAME_GRADIENT_MODES}")
+
+
+def gathered_weight_gradient(
+    inputs: torch.Tensor, grad_outputs: torch.Tensor, positions: torch.Tensor
+) -> torch.Tensor:
+    """``dW[r, c] = Σ_b grad_outputs[b, r] · inputs[b, c]`` at ``positions`` only, 0 elsewhere.
+
+    Twin of :func:`nmref.bame_training.sparse_weight_gradient` (which writes NaN
+    where nothing is computed). Complexity O(batch * positions.sum()).
+    """
+    out = torch.zeros(positions.shape, dtype=inputs.dtype, device=inputs.device)
+    rows, columns = positions.nonzero(as_tuple=True)
+    chunk = max(1, (1 << 22) // max(1, inputs.shape[0]))
+    for start in range(0, rows.numel(), chunk):
+        r, c = rows[start : start + chunk], columns[start : start + chunk]
+        out[r, c] = (grad_outputs[:, r] * inputs[:, c]).sum(0)
+    return out
+
+
 def _ste(weight: torch.Tensor, pattern: Pattern, layout: Layout | None, decay: float):
     return MaskedWeight.apply(weight, pattern.n, pattern.m, layout, 0.0)
 
@@ -231,7 +337,7 @@ METHODS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
 
 
 # Methods whose GEMMs need more than one sparse weight: implemented by the layers.
-LAYER_METHODS: tuple[str, ...] = ("bimask",)
+LAYER_METHODS: tuple[str, ...] = ("bimask", "bame")
 
 
 def _check_method(method: str, *, layer: bool = False) -> None:
@@ -286,7 +392,12 @@ class _SparseMixin:
     weight: nn.Parameter
 
     def _init_sparse(
-        self, pattern: str | Pattern | tuple[int, int], method: str, layout, decay: float
+        self,
+        pattern: str | Pattern | tuple[int, int],
+        method: str,
+        layout,
+        decay: float,
+        bame_config=None,
     ) -> None:
         _check_method(method, layer=True)
         _check_decay(decay)
@@ -311,6 +422,177 @@ class _SparseMixin:
                 "permutation", torch.arange(out_channels, device=self.weight.device)
             )
             self.rank = "survivors"
+        if method == "bame":
+            self._init_bame(bame_config)
+        elif bame_config is not None:
+            raise ValueError(f"bame_config is only used by method='bame', not {method!r}")
+
+    def _init_bame(self, config) -> None:
+        from nmref.bame import BameConfig, BameState
+
+        if isinstance(self, nn.Conv2d) and (
+            self.groups != 1 or self.padding_mode != "zeros" or isinstance(self.padding, str)
+        ):
+            raise ValueError(
+                "method='bame' convolutions need groups=1, padding_mode='zeros' and numeric padding"
+            )
+        n, m = self.pattern
+        if config is None:
+            config = BameConfig(n, m)
+        if not isinstance(config, BameConfig):
+            raise TypeError(f"bame_config must be a nmref.bame.BameConfig, got {type(config)}")
+        if (config.n, config.m) != (n, m):
+            raise ValueError(
+                f"bame_config pattern {config.n}:{config.m} must equal pattern={self.pattern}"
+            )
+        self.bame_config = config
+        # "gathered": only the listed dW entries are computed (the spec's GEMM, slow on a
+        # CPU); "masked_dense": dense dY^T X, then keep the listed entries (same entries and,
+        # on exact data, the same bits; fast wherever a dense GEMM is).
+        self.bame_weight_gradient = "gathered"
+        with torch.no_grad():
+            mask = magnitude_mask(self.weight, n, m, layout=self.layout)
+        self.register_buffer("bame_mask", mask)
+        self.register_buffer("bame_velocity", torch.zeros_like(self.weight, requires_grad=False))
+        if self.bias is not None:
+            self.register_buffer("bame_bias_velocity", torch.zeros_like(self.bias.detach()))
+        self.bame_state = BameState.initial(self._to_matrix(mask).cpu().numpy(), m)
+        self.bame_step = 0
+
+    def _to_matrix(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The weight-shaped ``tensor`` as the ``[rows, reduction]`` matrix of the layout."""
+        from .layouts import to_reduction_matrix
+
+        return to_reduction_matrix(tensor, self.layout)
+
+    def _from_matrix(self, matrix: torch.Tensor) -> torch.Tensor:
+        from .layouts import from_reduction_matrix
+
+        return from_reduction_matrix(matrix, tuple(self.weight.shape), self.layout)
+
+    _BAME_STATE_FIELDS = ("changes", "reverts", "change_ema", "frozen", "previous_mask")
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)  # type: ignore[misc]
+        if self.method == "bame":
+            # The counters and the step are training state: checkpoint them as plain tensors
+            # (loadable with weights_only=True) so a resumed run continues bit for bit.
+            for name in self._BAME_STATE_FIELDS:
+                value = getattr(self.bame_state, name)
+                destination[f"{prefix}bame_state.{name}"] = torch.from_numpy(value.copy())
+            destination[f"{prefix}bame_state.num_updates"] = torch.tensor(
+                self.bame_state.num_updates
+            )
+            destination[f"{prefix}bame_step"] = torch.tensor(self.bame_step)
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
+        if self.method == "bame":
+            from nmref.bame import BameState
+
+            keys = [f"{prefix}bame_state.{name}" for name in self._BAME_STATE_FIELDS]
+            extra = [*keys, f"{prefix}bame_state.num_updates", f"{prefix}bame_step"]
+            present = [key for key in extra if key in state_dict]
+            if len(present) == len(extra):
+                arrays = {
+                    name: state_dict[key].cpu().numpy().copy()
+                    for name, key in zip(self._BAME_STATE_FIELDS, keys, strict=True)
+                }
+                state = BameState(
+                    **arrays, num_updates=int(state_dict[f"{prefix}bame_state.num_updates"])
+                )
+                self.bame_step = int(state_dict[f"{prefix}bame_step"])
+                self.bame_state = state
+            elif strict:
+                missing_keys.extend(key for key in extra if key not in state_dict)
+            state_dict = {key: value for key, value in state_dict.items() if key not in extra}
+        super()._load_from_state_dict(  # type: ignore[misc]
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
+    def bame_gradient_positions(self) -> torch.Tensor:
+        """Where the next backward computes ``dW`` (``specs/bame.md`` §3.6): the kept
+        entries, plus every entry of the candidate blocks if ``bame_step`` is an update step."""
+        from nmref.bame import candidate_blocks, is_update_step
+
+        if not is_update_step(self.bame_step, self.bame_config):
+            return self.bame_mask
+        candidates = candidate_blocks(self.bame_state, self.bame_config)
+        expanded = torch.from_numpy(candidates).to(self.bame_mask.device)
+        expanded = self._from_matrix(expanded.repeat_interleave(self.pattern.m, dim=1))
+        return self.bame_mask | expanded
+
+    @torch.no_grad()
+    def bame_update(self, learning_rate: float | None = None):
+        """At an update step, evolve the mask from ``weight.grad`` (:func:`nmsim.torch.bame.
+        evolve_mask`: regrown weights and their momentum reset, counters advanced); call it
+        once per optimizer step after ``backward``. Returns the ``Evolution`` or ``None``
+        when ``bame_step`` is not an update step. Does not advance ``bame_step``."""
+        from nmref.bame import is_update_step
+
+        from .bame import evolve_mask
+
+        if not is_update_step(self.bame_step, self.bame_config):
+            return None
+        if self.weight.grad is None:
+            raise ValueError("bame_update needs weight.grad: run backward first")
+        evolution = evolve_mask(
+            self._to_matrix(self.weight.detach()),
+            self._to_matrix(self.bame_mask),
+            self._to_matrix(self.weight.grad),
+            self.bame_state,
+            self.bame_step,
+            self.bame_config,
+            learning_rate=learning_rate,
+            velocity=self._to_matrix(self.bame_velocity),
+        )
+        self.weight.copy_(self._from_matrix(evolution.weight))
+        self.bame_mask.copy_(self._from_matrix(evolution.mask))
+        self.bame_velocity.copy_(self._from_matrix(evolution.velocity))
+        self.bame_state = evolution.state
+        return evolution
+
+    @torch.no_grad()
+    def bame_sgd_step(
+        self, learning_rate: float, momentum: float = 0.9, weight_decay: float = 0.0
+    ) -> None:
+        """Momentum SGD on the kept entries only: ``v = μv + (g + λw)``, ``w −= lr·v``;
+        pruned weights and their momentum untouched; the bias is dense (``specs/bame.md``
+        §4 step 4). A stock ``torch.optim.SGD`` would move pruned weights (momentum,
+        decay, the candidate entries of ``weight.grad``). Does not advance ``bame_step``."""
+        from nmref.bame_training import SGD
+
+        SGD(learning_rate, momentum, weight_decay)  # validates: lr > 0, 0 <= μ < 1, λ >= 0
+        kept = self.bame_mask
+        grad = self.weight.grad
+        if grad is None:
+            raise ValueError("bame_sgd_step needs weight.grad: run backward first")
+        weight, velocity = self.weight.data, self.bame_velocity
+        velocity[kept] = momentum * velocity[kept] + (grad[kept] + weight_decay * weight[kept])
+        weight[kept] -= learning_rate * velocity[kept]
+        if self.bias is not None and self.bias.grad is not None:
+            bias_velocity = self.bame_bias_velocity
+            bias_velocity.copy_(momentum * bias_velocity + self.bias.grad)
+            self.bias.data.copy_(self.bias.data - learning_rate * bias_velocity)
+
+    def bame_optimizer_step(
+        self, learning_rate: float, momentum: float = 0.9, weight_decay: float = 0.0
+    ):
+        """Steps 3-4 of ``specs/bame.md`` §4 after ``backward``: :meth:`bame_update` and
+        :meth:`bame_sgd_step` in ``bame_config.step_order``, then ``bame_step += 1``.
+        Returns the ``Evolution`` or ``None`` (not an update step)."""
+        from nmref.bame_training import SGD
+
+        SGD(learning_rate, momentum, weight_decay)  # validate before changing anything
+        if self.bame_config.step_order == "evolve_first":
+            evolution = self.bame_update(learning_rate)
+            self.bame_sgd_step(learning_rate, momentum, weight_decay)
+        else:
+            self.bame_sgd_step(learning_rate, momentum, weight_decay)
+            evolution = self.bame_update(learning_rate)
+        self.bame_step += 1
+        return evolution
 
     def sparse_weight(self) -> torch.Tensor:
         """``E ⊙ W`` for the current dense weight (differentiable by the method's rule)."""
@@ -322,6 +604,8 @@ class _SparseMixin:
     @torch.no_grad()
     def mask(self) -> torch.Tensor:
         """The current forward mask ``E`` (bool, shape of the weight)."""
+        if self.method == "bame":
+            return self.bame_mask.clone()
         if self.method == "transposable":
             n, m = self.pattern
             return transposable_weight_mask(self.weight, n, m, layout=self.layout)
@@ -379,7 +663,10 @@ class SparseLinear(_SparseMixin, nn.Linear):
 
     The dense weight is the parameter; every forward recomputes the mask and
     computes ``F.linear(x, E ⊙ W, bias)``. Gradients follow the method's
-    per-GEMM contract (module docstring).
+    per-GEMM contract (module docstring). ``method="bame"`` keeps its mask in
+    the buffer ``bame_mask`` and its counters in ``bame_state``; train it with
+    ``loss.backward(); layer.bame_optimizer_step(lr, momentum, weight_decay)``
+    (``bame_config``: a :class:`nmref.bame.BameConfig`).
 
     Examples
     --------
@@ -397,17 +684,27 @@ class SparseLinear(_SparseMixin, nn.Linear):
         pattern: str | Pattern | tuple[int, int] = "2:4",
         method: str = "srste",
         decay: float = SRSTE_DEFAULT_DECAY,
+        bame_config=None,
         device=None,
         dtype=None,
     ) -> None:
         nn.Linear.__init__(self, in_features, out_features, bias, device=device, dtype=dtype)
-        self._init_sparse(pattern, method, "linear", decay)
+        self._init_sparse(pattern, method, "linear", decay, bame_config)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.method == "bimask":
             n, m = self.pattern
             return BiMaskLinearFunction.apply(
                 x, self.weight, self.bias, self.permutation, n, m, self.decay, self.rank
+            )
+        if self.method == "bame":
+            return BameLinearFunction.apply(
+                x,
+                self.weight,
+                self.bias,
+                self.bame_mask,
+                self.bame_gradient_positions(),
+                self.bame_weight_gradient,
             )
         return F.linear(x, self.sparse_weight(), self.bias)
 
@@ -424,6 +721,7 @@ class SparseLinear(_SparseMixin, nn.Linear):
             options.get("method", "srste"),
             "linear",
             options.get("decay", SRSTE_DEFAULT_DECAY),
+            options.get("bame_config"),
         )
         return layer
 
@@ -453,6 +751,7 @@ class SparseConv2d(_SparseMixin, nn.Conv2d):
         method: str = "srste",
         layout: Layout = "channels",
         decay: float = SRSTE_DEFAULT_DECAY,
+        bame_config=None,
         device=None,
         dtype=None,
     ) -> None:
@@ -470,7 +769,7 @@ class SparseConv2d(_SparseMixin, nn.Conv2d):
             device=device,
             dtype=dtype,
         )
-        self._init_sparse(pattern, method, layout, decay)
+        self._init_sparse(pattern, method, layout, decay, bame_config)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.method == "bimask":
@@ -490,6 +789,17 @@ class SparseConv2d(_SparseMixin, nn.Conv2d):
                 self.layout,
                 conv,
             )
+        if self.method == "bame":
+            conv = (self.stride, self.padding, self.dilation)
+            return BameConv2dFunction.apply(
+                x,
+                self.weight,
+                self.bias,
+                self.bame_mask,
+                self.bame_gradient_positions(),
+                conv,
+                self.bame_weight_gradient,
+            )
         return self._conv_forward(x, self.sparse_weight(), self.bias)
 
     @classmethod
@@ -505,6 +815,7 @@ class SparseConv2d(_SparseMixin, nn.Conv2d):
             options.get("method", "srste"),
             options.get("layout", "channels"),
             options.get("decay", SRSTE_DEFAULT_DECAY),
+            options.get("bame_config"),
         )
         return layer
 
@@ -526,6 +837,7 @@ def sparsify(
     exclude: str | Callable[[str, nn.Module], bool] | None = None,
     decay: float = SRSTE_DEFAULT_DECAY,
     conv_layout: Layout = "channels",
+    bame_config=None,
 ) -> SparsifyResult:
     """Swap eligible ``nn.Linear``/``nn.Conv2d`` layers of ``model`` for sparse ones, in place.
 
@@ -541,6 +853,9 @@ def sparsify(
         name) or callable ``(name, module) -> bool``, optional
         Which layers to consider; ``exclude`` wins.
     conv_layout : {"channels", "flat"}, default "channels"
+    bame_config : nmref.bame.BameConfig, optional
+        ``method="bame"`` only (default ``BameConfig(n, m)``); grouped
+        convolutions are skipped with that reason.
 
     Returns
     -------
@@ -568,6 +883,9 @@ def sparsify(
             continue
         if matches(exclude, name, module):
             continue
+        if method == "bame" and isinstance(module, nn.Conv2d) and module.groups != 1:
+            skipped.append((name, "method='bame' convolutions need groups=1"))
+            continue
         layout = "linear" if isinstance(module, nn.Linear) else conv_layout
         _, length = to_reduction_shape(tuple(module.weight.shape), layout)
         if length % parsed.m:
@@ -579,6 +897,8 @@ def sparsify(
             )
             continue
         options = {"pattern": parsed, "method": method, "decay": decay}
+        if method == "bame":
+            options["bame_config"] = bame_config
         if isinstance(module, nn.Linear):
             new = SparseLinear.from_dense(module, **options)
         else:

@@ -270,6 +270,18 @@ def bame_blocks_in_reverse_index_order(scores, candidates, budget):
     return selected.reshape(np.shape(scores))
 
 
+def bame_dense_weight_gradient(x, w, mask, dy, positions):
+    """Computes the whole dW (as SR-STE does) instead of the §3.6 positions only."""
+    sparse = np.where(mask, w, 0)
+    return x @ sparse.T, dy @ sparse, dy.T @ x
+
+
+def bame_backward_with_dense_weight(x, w, mask, dy, positions):
+    """Input gradient with the dense weight: a dense backward GEMM (K2 violated)."""
+    sparse = np.where(mask, w, 0)
+    return x @ sparse.T, dy @ w, np.where(positions, dy.T @ x, 0)
+
+
 # --- transposable masks: impl(scores, n, m) -> mask ------------------------------------------
 
 

@@ -7,6 +7,7 @@ counterexample and say which rule it breaks.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from nmref.testing import (
@@ -117,6 +118,31 @@ def test_bame_mutants_are_rejected():
         mutants.bame_blocks_in_reverse_index_order, raise_on_failure=False
     )
     assert not selection.ok, selection.summary()
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("bame_dense_weight_gradient", "outside the computed positions"),
+        ("bame_backward_with_dense_weight", "dX differs"),
+    ],
+)
+def test_bame_training_mutants_are_rejected(name, message):
+    from nmref.testing.bame import check_bame_training
+
+    with pytest.raises(ConformanceError, match=message):
+        check_bame_training(getattr(mutants, name))
+
+
+def test_bame_training_check_accepts_the_reference():
+    from nmref.bame_training import sparse_weight_gradient
+    from nmref.testing.bame import check_bame_training
+
+    def reference(x, w, mask, dy, positions):
+        sparse = np.where(mask, w, 0)
+        return x @ sparse.T, dy @ sparse, sparse_weight_gradient(x, dy, positions)
+
+    assert check_bame_training(reference).ok
 
 
 @pytest.mark.parametrize("name", ["transposable_greedy_that_under_fills", "transposable_rows_only"])
