@@ -851,50 +851,277 @@ def _enumerate_range(
             kept_units[t] = best_sum[b]
 
 
+def float64_exact_binades(m: int) -> int:
+    """Widest float32 tile summed exactly in float64, in binades.
+
+    A tile whose largest and smallest nonzero magnitudes have exponent fields
+    at most this far apart holds multiples of its smallest value's lowest bit
+    below ``2**(binades + 24)`` of them; a sum of up to ``m*m`` such values stays
+    below ``2**53`` of them, so float64 adds it exactly.
+    """
+    return 53 - 24 - max(1, (m * m - 1).bit_length())
+
+
 @numba.njit(cache=True, nogil=True)
-def enumerate_tiles(
+def _enumerate_tile_units(
+    bits, r0, c0, m, n, max_bits, choice_columns, patterns, significand, scale, units, row_sums
+):  # pragma: no cover
+    """One tile of the enumeration on exact int64 units: ``(status, exponent, best, sum)``."""
+    code, exponent = _load_tile(bits, r0, c0, m, 23, max_bits, significand, scale, units)
+    if code != SOLVED:
+        return code, exponent, 0, np.int64(0)
+    for i in range(m):
+        for c in range(choice_columns.shape[0]):
+            s = np.int64(0)
+            for k in range(n):
+                s += units[i * m + choice_columns[c, k]]
+            row_sums[i, c] = s
+    best = 0
+    best_sum = np.int64(0)
+    for p in range(patterns.shape[0]):
+        s = np.int64(0)
+        for i in range(m):
+            s += row_sums[i, patterns[p, i]]
+        if p == 0 or s > best_sum:  # strictly greater: the first maximum stays
+            best = p
+            best_sum = s
+    return code, exponent, best, best_sum
+
+
+@numba.njit(cache=True, nogil=True)
+def _enumerate_float32_range(
     bits,
+    floats,
+    m,
+    n,
+    max_bits,
+    choice_columns,
+    patterns,
+    choice_words,
+    first,
+    last,
+    mask,
+    mask_words,
+    status,
+    kept_units,
+    exponents,
+):  # pragma: no cover
+    """:func:`_enumerate_range` for float32 scores, summing in float64.
+
+    Same answer as the int64 units (sums are exact, so every comparison is),
+    without decoding bits: a block holds up to ``ENUMERATION_BLOCK`` tiles of
+    one tile row, loaded column-of-the-tile by column-of-the-tile so that every
+    inner loop runs across the tiles of the block and vectorises. A tile that
+    spans more than :func:`float64_exact_binades` binades, or holds a
+    subnormal, NaN or infinity, is redone on int64 units (:func:`_enumerate_tile_units`). For
+    ``m == 4`` the pattern sum is unrolled and a tile row of the mask is
+    written as one uint32 (``choice_words``: the row choices as 4 bytes).
+    """
+    tiles_across = bits.shape[1] // m
+    choice_count = choice_columns.shape[0]
+    pattern_count = patterns.shape[0]
+    block = ENUMERATION_BLOCK
+    carry_bits = 1
+    while (1 << carry_bits) < m * m:
+        carry_bits += 1
+    exact_binades = 53 - 24 - carry_bits  # float64_exact_binades(m)
+    no_magnitude = np.uint32(0xFFFFFFFF)
+    values = np.zeros((m * m, block), np.float64)
+    magnitudes = np.empty((m * m, block), np.uint32)
+    row_sums = np.empty((m, choice_count, block), np.float64)
+    total = np.empty(block, np.float64)
+    best_sum = np.empty(block, np.float64)
+    best = np.empty(block, np.int64)
+    high = np.empty(block, np.uint32)
+    low = np.empty(block, np.uint32)
+    units = np.empty(m * m, np.int64)
+    significand = np.empty(m * m, np.int64)
+    scale = np.empty(m * m, np.int64)
+    unit_row_sums = np.empty((m, choice_count), np.int64)
+    start = first
+    while start < last:
+        tile_row = start // tiles_across
+        count = min(block, last - start, (tile_row + 1) * tiles_across - start)
+        r0 = tile_row * m
+        first_column = (start - tile_row * tiles_across) * m
+        for i in range(m):
+            for j in range(m):
+                k = i * m + j
+                for b in range(count):
+                    values[k, b] = np.float64(floats[r0 + i, first_column + b * m + j])
+                    magnitudes[k, b] = bits[r0 + i, first_column + b * m + j] & np.uint32(
+                        0x7FFFFFFF
+                    )
+                for b in range(count, block):
+                    values[k, b] = 0.0
+        # Largest and smallest nonzero magnitude: their bit patterns order like the values.
+        for b in range(count):
+            high[b] = magnitudes[0, b]
+            low[b] = magnitudes[0, b] if magnitudes[0, b] != 0 else no_magnitude
+        for k in range(1, m * m):
+            for b in range(count):
+                x = magnitudes[k, b]
+                high[b] = max(high[b], x)
+                low[b] = min(low[b], x if x != 0 else no_magnitude)
+        for i in range(m):
+            for c in range(choice_count):
+                target = row_sums[i, c]
+                source = values[i * m + choice_columns[c, 0]]
+                for b in range(block):
+                    target[b] = source[b] if n > 0 else 0.0
+                for k in range(1, n):
+                    source = values[i * m + choice_columns[c, k]]
+                    for b in range(block):
+                        target[b] += source[b]
+        for b in range(block):
+            best[b] = 0
+            best_sum[b] = 0.0
+            for i in range(m):
+                best_sum[b] += row_sums[i, patterns[0, i], b]
+        # Strictly greater replaces, so the earliest maximal pattern stays.
+        if m == 4:
+            for p in range(1, pattern_count):
+                row0 = row_sums[0, patterns[p, 0]]
+                row1 = row_sums[1, patterns[p, 1]]
+                row2 = row_sums[2, patterns[p, 2]]
+                row3 = row_sums[3, patterns[p, 3]]
+                for b in range(block):
+                    pattern_sum = (row0[b] + row1[b]) + (row2[b] + row3[b])
+                    better = pattern_sum > best_sum[b]
+                    best_sum[b] = pattern_sum if better else best_sum[b]
+                    best[b] = p if better else best[b]
+        else:
+            for p in range(1, pattern_count):
+                row = row_sums[0, patterns[p, 0]]
+                for b in range(block):
+                    total[b] = row[b]
+                for i in range(1, m):
+                    row = row_sums[i, patterns[p, i]]
+                    for b in range(block):
+                        total[b] += row[b]
+                for b in range(block):
+                    better = total[b] > best_sum[b]
+                    best_sum[b] = total[b] if better else best_sum[b]
+                    best[b] = p if better else best[b]
+        for b in range(count):
+            t = start + b
+            c0 = first_column + b * m
+            high_field = np.int64(high[b] >> np.uint32(23))
+            low_field = np.int64(low[b] >> np.uint32(23))
+            p = best[b]
+            if high[b] == 0:  # all zero: the first pattern, sum 0
+                status[t] = SOLVED
+                exponents[t] = 0
+                kept_units[t] = 0
+            elif high_field == 255 or low_field == 0 or high_field - low_field > exact_binades:
+                code, exponent, p, units_sum = _enumerate_tile_units(
+                    bits, r0, c0, m, n, max_bits, choice_columns, patterns,
+                    significand, scale, units, unit_row_sums,
+                )  # fmt: skip
+                status[t] = code
+                exponents[t] = exponent
+                kept_units[t] = units_sum
+                if code != SOLVED:
+                    continue
+            else:
+                # The exponent _load_tile would give: the smallest magnitude's lowest bit.
+                exponent = low_field - 150
+                status[t] = SOLVED
+                exponents[t] = exponent
+                kept_units[t] = np.int64(math.ldexp(best_sum[b], -exponent))
+            if m == 4:
+                for i in range(4):
+                    mask_words[r0 + i, c0 // 4] = choice_words[patterns[p, i]]
+            else:
+                _write_pattern(mask, r0, c0, m, n, choice_columns, patterns, p)
+        start += count
+
+
+@numba.njit(cache=True, nogil=True)
+def _write_pattern(mask, r0, c0, m, n, choice_columns, patterns, p):  # pragma: no cover
+    """Write tile pattern ``p`` of the table into the mask at ``(r0, c0)``."""
+    for i in range(m):
+        for j in range(m):
+            mask[r0 + i, c0 + j] = False
+        for k in range(n):
+            mask[r0 + i, c0 + choice_columns[patterns[p, i], k]] = True
+
+
+@numba.njit(cache=True, nogil=True)
+def _enumerate_any_range(
+    bits,
+    floats,
     fraction_bits,
     m,
     n,
     max_bits,
     choice_columns,
     patterns,
+    choice_words,
+    first,
+    last,
     mask,
+    mask_words,
     status,
     kept_units,
     exponents,
 ):  # pragma: no cover
-    """:func:`_enumerate_range` over every tile (one thread)."""
+    """The float64-sum enumeration for float32 scores, the int64 one otherwise."""
+    if fraction_bits == 23:
+        _enumerate_float32_range(
+            bits, floats, m, n, max_bits, choice_columns, patterns, choice_words,
+            first, last, mask, mask_words, status, kept_units, exponents,
+        )  # fmt: skip
+    else:
+        _enumerate_range(
+            bits, fraction_bits, m, n, max_bits, choice_columns, patterns,
+            first, last, mask, status, kept_units, exponents,
+        )  # fmt: skip
+
+
+@numba.njit(cache=True, nogil=True)
+def enumerate_tiles(
+    bits,
+    floats,
+    fraction_bits,
+    m,
+    n,
+    max_bits,
+    choice_columns,
+    patterns,
+    choice_words,
+    mask,
+    mask_words,
+    status,
+    kept_units,
+    exponents,
+):  # pragma: no cover
+    """Canonical optimum of every tile by enumeration (one thread).
+
+    ``floats`` is ``bits`` viewed as float32 (any float32 array when ``bits``
+    are float64's); ``mask_words`` is ``mask`` viewed as uint32 when ``m == 4``.
+    """
     tiles = (bits.shape[0] // m) * (bits.shape[1] // m)
-    _enumerate_range(
-        bits,
-        fraction_bits,
-        m,
-        n,
-        max_bits,
-        choice_columns,
-        patterns,
-        0,
-        tiles,
-        mask,
-        status,
-        kept_units,
-        exponents,
-    )
+    _enumerate_any_range(
+        bits, floats, fraction_bits, m, n, max_bits, choice_columns, patterns, choice_words,
+        0, tiles, mask, mask_words, status, kept_units, exponents,
+    )  # fmt: skip
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
 def enumerate_tiles_parallel(
     bits,
+    floats,
     fraction_bits,
     m,
     n,
     max_bits,
     choice_columns,
     patterns,
+    choice_words,
     chunks,
     mask,
+    mask_words,
     status,
     kept_units,
     exponents,
@@ -902,21 +1129,11 @@ def enumerate_tiles_parallel(
     """:func:`enumerate_tiles` split into ``chunks`` independent ranges run in parallel."""
     tiles = (bits.shape[0] // m) * (bits.shape[1] // m)
     for c in numba.prange(chunks):
-        _enumerate_range(
-            bits,
-            fraction_bits,
-            m,
-            n,
-            max_bits,
-            choice_columns,
-            patterns,
-            tiles * c // chunks,
-            tiles * (c + 1) // chunks,
-            mask,
-            status,
-            kept_units,
-            exponents,
-        )
+        _enumerate_any_range(
+            bits, floats, fraction_bits, m, n, max_bits, choice_columns, patterns,
+            choice_words, tiles * c // chunks, tiles * (c + 1) // chunks, mask, mask_words,
+            status, kept_units, exponents,
+        )  # fmt: skip
 
 
 @numba.njit(cache=True, nogil=True)

@@ -411,18 +411,21 @@ def _solve_exact(
             choice_columns = np.zeros((len(choices), max(n, 1)), dtype=np.int64)
             for index, choice in enumerate(choices):
                 choice_columns[index, :n] = np.flatnonzero(choice)
+            # Each row choice as 4 mask bytes in one word (used when m == 4).
+            choice_words = (choices[:, :4].astype(np.uint32) << (8 * np.arange(min(m, 4)))).sum(
+                axis=1, dtype=np.uint32
+            )
+            floats = bits.view(np.float32) if fraction_bits == 23 else np.empty((0, 0), np.float32)
+            mask_words = mask.view(np.uint32) if m == 4 else np.empty((0, 0), np.uint32)
+            arguments = (bits, floats, fraction_bits, m, n, max_bits, choice_columns, table,
+                         choice_words)  # fmt: skip
+            outputs = (mask, mask_words, status, kept_units, exponents)
             if parallel:
                 import numba
 
-                kernels.enumerate_tiles_parallel(
-                    bits, fraction_bits, m, n, max_bits, choice_columns, table,
-                    4 * numba.get_num_threads(), mask, status, kept_units, exponents,
-                )  # fmt: skip
+                kernels.enumerate_tiles_parallel(*arguments, 4 * numba.get_num_threads(), *outputs)
             else:
-                kernels.enumerate_tiles(
-                    bits, fraction_bits, m, n, max_bits, choice_columns, table,
-                    mask, status, kept_units, exponents,
-                )  # fmt: skip
+                kernels.enumerate_tiles(*arguments, *outputs)
         else:
             _flow_tiles(
                 kernels, bits, fraction_bits, pattern, np.arange(tiles, dtype=np.int64),

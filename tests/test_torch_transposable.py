@@ -249,6 +249,21 @@ def test_flow_solver_equals_the_oracle_on_small_tiles(case):
     np.testing.assert_array_equal(_flow_mask(tensor, n, m).numpy(), oracle(scores, n, m, "exact"))
 
 
+@pytest.mark.parametrize(("n", "m"), [(0, 1), (1, 2), (2, 4), (4, 8)])
+def test_flow_solver_on_subnormal_float64_tiles(n, m):
+    # Regression (hypothesis: [[5e-324]] with n=0 kept its entry): a subnormal tile's units
+    # are x * 2**1074, and 2**1074 alone overflows float64.
+    rng = np.random.default_rng(m)
+    scores = rng.integers(1, 2**40, (2 * m, 2 * m)) * 5e-324
+    tensor = torch.from_numpy(scores)
+    got = _flow_mask(tensor, n, m).numpy()
+    reference = pytest.importorskip("nmref.transposable")
+    np.testing.assert_array_equal(got, reference.transposable_mask(scores, n, m))
+    if m <= 4:  # the brute-force oracle enumerates C(m, n)**m row choices
+        np.testing.assert_array_equal(got, oracle(scores, n, m, "exact"))
+    np.testing.assert_array_equal(tt.transposable_mask(tensor, n, m).numpy(), got)
+
+
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_flow_equals_brute_force_for_m5_on_tie_heavy_and_random_tiles(n):
     rng = np.random.default_rng(n)

@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nmref import flow
+from nmref._flow_kernels import float64_exact_binades
 from nmref.masks import nm_mask
 from nmref.patterns import check_pattern
 from nmref.transposable import (
@@ -181,6 +182,51 @@ def test_flow_kernel_equals_enumeration_on_many_tiles(n):
         flow_mask = _solve_exact(scores, check_pattern(n, 4), method="flow").mask
         np.testing.assert_array_equal(flow_mask, expected)
         np.testing.assert_array_equal(transposable_mask(scores, n, 4), expected)
+
+
+@pytest.mark.parametrize(
+    ("n", "m"), [(2, 4), (1, 4), (3, 4), (4, 4), (1, 3), (2, 3), (1, 2), (1, 1)]
+)
+def test_float32_enumeration_equals_the_int64_units_on_wide_and_odd_tiles(n, m):
+    """float32 tiles are summed in float64 (T5): tiles too wide for that, with subnormals,
+    zeros or mixed signs are redone on int64 units; float64 copies of the same values take
+    the int64 path throughout, so masks and exact kept sums must agree tile for tile."""
+    rng = np.random.default_rng(1000 + 10 * m + n)
+    shape = (6 * m, 7 * m)  # 7 tiles across: blocks and parallel chunks split tile rows
+    magnitudes = np.exp2(rng.uniform(-140, 100, shape)).astype(np.float32)  # incl. subnormals
+    narrow = np.exp2(rng.uniform(-10, 10, shape)).astype(np.float32)
+    signs = rng.choice([-1.0, 1.0], shape).astype(np.float32)
+    zeros = rng.random(shape) < 0.2
+    # Full 24-bit significands two exponents apart: at the float64 limit and one binade past.
+    limit = float64_exact_binades(m)
+    significands = rng.integers(2**23, 2**24, shape).astype(np.float64)
+    spread = rng.choice([0, limit, limit + 1], shape, p=[0.86, 0.07, 0.07])
+    edge = (significands * np.exp2(-spread.astype(np.float64))).astype(np.float32)
+    assert (edge.astype(np.float64) == significands * np.exp2(-spread.astype(np.float64))).all()
+    for scores in (
+        magnitudes * signs,
+        np.where(zeros, 0, narrow),
+        np.where(zeros, 0, magnitudes),
+        edge,
+        edge * signs,
+    ):
+        scores = np.ascontiguousarray(scores, dtype=np.float32)
+        as_float64 = scores.astype(np.float64)
+        expected = transposable_mask(as_float64, n, m)
+        np.testing.assert_array_equal(transposable_mask(scores, n, m), expected)
+        np.testing.assert_array_equal(transposable_mask(scores, n, m, parallel=True), expected)
+        np.testing.assert_array_equal(transposable_mask(scores, n, m, method="brute"), expected)
+        np.testing.assert_array_equal(
+            transposable_optimum(scores, n, m), transposable_optimum(as_float64, n, m)
+        )
+        # The gap compares the solver's kept units with the mask's, exactly: a rounded
+        # float64 sum would show as a nonzero gap of the optimal mask.
+        gap = optimality_gap(scores, expected, n, m)
+        assert gap.total == 0 and not gap.per_tile.any()
+    with pytest.raises(ValueError, match="NaN"):
+        bad = narrow.copy()
+        bad[m, 2 * m] = np.nan
+        transposable_mask(bad, n, m)
 
 
 @pytest.mark.parametrize(("n", "m"), [(2, 5), (3, 5), (3, 6), (2, 6)])

@@ -144,7 +144,11 @@ def _exact_units(tiles: torch.Tensor, max_bits: int) -> tuple[torch.Tensor, torc
     span = top.values - floor
     fits = ~nonzero.any(dim=1) | (span[:, 0] <= max_bits)
     safe_floor = torch.where(fits[:, None] & nonzero.any(dim=1, keepdim=True), floor, 0)
-    units = torch.ldexp(values, -safe_floor.to(torch.float64))
+    # Two halves: 2**1074 (a subnormal tile's scale) overflows float64, its square root does not.
+    half = torch.div(safe_floor, 2, rounding_mode="floor")
+    units = torch.ldexp(
+        torch.ldexp(values, -half.to(torch.float64)), -(safe_floor - half).to(torch.float64)
+    )
     return torch.where(fits[:, None], units, 0.0), fits
 
 
