@@ -364,6 +364,14 @@ def is_update_step(step: int, config: BameConfig) -> bool:
     return config.t_i <= step < config.t_f and (step - config.t_i) % config.update_interval == 0
 
 
+def _check_update_step(step: int, config: BameConfig) -> None:
+    if not is_update_step(step, config):
+        raise ValueError(
+            f"step={step} is not an update step of t_i={config.t_i}, t_f={config.t_f}, "
+            f"update_interval={config.update_interval}"
+        )
+
+
 def adapted_fraction(step: int, config: BameConfig) -> float:
     r"""The fraction ``f(t)`` of blocks allowed to adapt at ``step`` (⚑ spec 3.5).
 
@@ -950,11 +958,7 @@ def evolve_mask(
     >>> out.mask.tolist(), out.weight.tolist(), out.reduction.tolist()
     ([[False, True]], [[0.5, 0.0]], [[4.0]])
     """
-    if not is_update_step(step, config):
-        raise ValueError(
-            f"step={step} is not an update step of t_i={config.t_i}, t_f={config.t_f}, "
-            f"update_interval={config.update_interval}"
-        )
+    _check_update_step(step, config)
     n, m = config.n, config.m
     weight_array, mask_array, grad_array = _validated_inputs(weight, mask, grad, m, n)
     _check_state(state, mask_array, m)
@@ -1026,8 +1030,7 @@ def evolve_mask_reference(
     random visiting orders); slow. ``visit_order`` is a permutation of the flat
     block indices (C order); the default is ``0, 1, ...``.
     """
-    if not is_update_step(step, config):
-        raise ValueError(f"step={step} is not an update step")
+    _check_update_step(step, config)
     n, m = config.n, config.m
     w, mask_array, g = _validated_inputs(weight, mask, grad, m, n)
     rows, groups = mask_array.shape[0], mask_array.shape[1] // m

@@ -192,11 +192,7 @@ def evolve_mask(
 
     from nmref import bame as reference
 
-    if not reference.is_update_step(step, config):
-        raise ValueError(
-            f"step={step} is not an update step of t_i={config.t_i}, t_f={config.t_f}, "
-            f"update_interval={config.update_interval}"
-        )
+    reference._check_update_step(step, config)
     n, m = config.n, config.m
     device = weight.device
     lookahead = reference._resolve_lookahead(config, learning_rate)
