@@ -24,8 +24,9 @@ import contextlib
 import json
 import os
 import pickle
+import secrets
+import stat
 import struct
-import tempfile
 import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -387,25 +388,50 @@ def _same_file(first: Path, second: Path) -> bool:
     return first.resolve() == second.resolve()
 
 
+def _create_beside(path: Path) -> tuple[str, int]:
+    """Create a new empty file with a fresh name next to ``path``: its name and mode.
+
+    Created with mode 0666 through ``os.open``, so the kernel applies the process
+    umask (and any default ACL of the folder) exactly as for a plain ``open()``,
+    and the resulting mode is read back with ``stat``. This is why the file is not
+    made by ``tempfile.mkstemp``: that one is always private (0600), and knowing
+    what to widen it to needs the umask, which Python can only read by setting it
+    (``os.umask``): a process-wide change that races with files other threads
+    create meanwhile (one of them could be created world-writable).
+    """
+    directory = path.parent if str(path.parent) else Path(".")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        candidate = directory / f".{path.name}.{secrets.token_hex(6)}{path.suffix}"
+        try:
+            descriptor = os.open(candidate, flags, 0o666)
+        except FileExistsError:
+            continue
+        try:
+            mode = stat.S_IMODE(os.fstat(descriptor).st_mode)
+        finally:
+            os.close(descriptor)
+        return str(candidate), mode
+    raise FileExistsError(f"no free temporary name beside {str(path)!r}")
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike[str]) -> Iterator[str]:
     """Yield a temporary path beside ``path``; on success rename it onto ``path``.
 
     Readers never see a half-written file, and a failure leaves ``path``
     untouched and no temporary file behind. The file gets the mode a plain
-    ``open()`` would give it (``mkstemp`` alone makes it private, 0600).
+    ``open()`` would give it, without touching the process umask (safe to call
+    from several threads). Write to the yielded path by opening it again (it
+    exists and is empty).
     """
     path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    descriptor, temporary = tempfile.mkstemp(
-        prefix=f".{path.name}.", suffix=path.suffix, dir=directory
-    )
-    os.close(descriptor)
+    temporary, mode = _create_beside(path)
     try:
         yield temporary
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)
+        # Some writers replace the file rather than reopen it (safetensors makes its
+        # own, private one): give the result the mode the kernel chose above.
+        os.chmod(temporary, mode)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -73,12 +75,38 @@ def test_unknown_extension_and_missing_file(tmp_path):
         list(iter_tensors(tmp_path / "w.npy"))
 
 
-def test_written_files_get_the_mode_of_a_plain_open(tmp_path):
+@pytest.mark.parametrize("suffix", [".npz", ".safetensors", ".npy"])
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_written_files_get_the_mode_of_a_plain_open(tmp_path, suffix, umask):
     import os
 
-    umask = os.umask(0o022)
+    tensors = _tensors() if suffix != ".npy" else {"w": np.ones(3)}
+    previous = os.umask(umask)
     try:
-        path = write_tensors(tmp_path / "t.npz", _tensors())
+        path = write_tensors(tmp_path / f"t{suffix}", tensors)
+        plain = tmp_path / "plain"
+        plain.write_bytes(b"")
     finally:
-        os.umask(umask)
-    assert path.stat().st_mode & 0o777 == 0o644
+        os.umask(previous)
+    assert path.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain", f"t{suffix}"]
+
+
+def test_atomic_output_never_touches_the_process_umask(tmp_path, monkeypatch):
+    """Setting the umask, even to restore it, changes the mode of files other threads
+    create meanwhile; atomic_output must not do it at all."""
+    import os
+
+    from nmref.checkpoints import atomic_output
+
+    def forbidden(mask):
+        raise AssertionError(f"os.umask({mask:#o}) called")
+
+    monkeypatch.setattr(os, "umask", forbidden)
+    with atomic_output(tmp_path / "out.bin") as temporary:
+        Path(temporary).write_bytes(b"data")
+    assert (tmp_path / "out.bin").read_bytes() == b"data"
+    with pytest.raises(RuntimeError), atomic_output(tmp_path / "other.bin") as temporary:
+        Path(temporary).write_bytes(b"half")
+        raise RuntimeError("writer failed")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]
