@@ -151,7 +151,9 @@ def iter_tensors(path: str | os.PathLike[str]) -> Iterator[TensorRecord]:
     ------
     ValueError
         If the extension is not one of :data:`READ_FORMATS`, or the file is not
-        a valid file of that kind (truncated, corrupt, pickled objects).
+        a valid file of that kind (truncated, corrupt, pickled objects; a
+        ``.pt``/``.pth`` that ``torch.save`` did not write: "not a readable
+        PyTorch checkpoint").
     FileNotFoundError
         If the file does not exist.
     ImportError
@@ -205,7 +207,7 @@ def _file_errors(path: Path) -> Iterator[None]:
     suffix = path.suffix.lower()
     try:
         yield
-    except TensorNotFoundError:
+    except (TensorNotFoundError, _NotACheckpoint):
         raise
     except (
         zipfile.BadZipFile,
@@ -257,6 +259,34 @@ _SAFETENSORS_DTYPES = {
 }
 
 
+# torch.save writes a zip archive (torch >= 1.6) or, before, a pickle stream opening with
+# protocol 2+ (``\x80``) and then torch's magic number pickled as a 10-byte LONG1.
+_ZIP_SIGNATURE = b"PK\x03\x04"
+_LEGACY_TORCH_MAGIC = b"\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
+
+
+class _NotACheckpoint(ValueError):
+    """A ``.pt``/``.pth`` file that torch.save did not write (say so, not torch's error)."""
+
+
+def _check_torch_signature(path: Path) -> None:
+    """Refuse files that are not PyTorch checkpoints before torch reads them.
+
+    On arbitrary bytes ``torch.load`` fails in ways that mislead: an ``IndexError``
+    ("pop from empty list"), or a weights_only refusal that reads as if the file held
+    pickled code. A checkpoint starts with a zip signature or with torch's magic number.
+    """
+    with open(path, "rb") as handle:
+        head = handle.read(64)
+    if head.startswith(_ZIP_SIGNATURE) or (head[:1] == b"\x80" and _LEGACY_TORCH_MAGIC in head):
+        return
+    found = "the file is empty" if not head else f"it starts with {head[:8]!r}"
+    raise _NotACheckpoint(
+        f"path={str(path)!r} is not a readable PyTorch checkpoint: torch.save writes a zip "
+        f"archive (or, before torch 1.6, a pickle stream with torch's magic number); {found}"
+    )
+
+
 def _import_torch() -> object:
     try:
         import torch
@@ -270,6 +300,7 @@ def _import_torch() -> object:
 def _torch_tensors(path: Path) -> list[tuple[str, object]]:
     """``(name, tensor)`` of a ``.pt`` state dict, nested dictionaries flattened with ``.``."""
     torch = _import_torch()
+    _check_torch_signature(path)
     try:
         loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except RuntimeError as error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -110,3 +111,37 @@ def test_atomic_output_never_touches_the_process_umask(tmp_path, monkeypatch):
         Path(temporary).write_bytes(b"half")
         raise RuntimeError("writer failed")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"this is not a checkpoint\n\x00\x01",
+        b"\x16\xcf\xa2\xd3\xb8\xd4hO" * 12,  # random bytes: torch read them as a bad pickle
+        b"",
+    ],
+)
+@pytest.mark.parametrize("suffix", [".pt", ".pth"])
+def test_a_file_torch_did_not_write_is_named_as_such(tmp_path, content, suffix):
+    """torch.load said 'pop from empty list' (IndexError) or blamed pickled objects."""
+    pytest.importorskip("torch")
+    from nmref.checkpoints import list_tensors, read_tensor
+
+    path = tmp_path / f"garbage{suffix}"
+    path.write_bytes(content)
+    expected = re.escape(f"path='{path}' is not a readable PyTorch checkpoint: ")
+    expected += ".*(starts with|the file is empty)"
+    for read in (lambda: list(iter_tensors(path)), lambda: list_tensors(path)):
+        with pytest.raises(ValueError, match=expected):
+            read()
+    with pytest.raises(ValueError, match=expected):
+        read_tensor(path, "w")
+
+
+@pytest.mark.parametrize("zip_archive", [True, False])
+def test_torch_checkpoints_of_both_formats_pass_the_signature_check(tmp_path, zip_archive):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "m.pt"
+    torch.save({"w": torch.arange(4.0)}, path, _use_new_zipfile_serialization=zip_archive)
+    [record] = list(iter_tensors(path))
+    assert record.name == "w" and record.array.tolist() == [0.0, 1.0, 2.0, 3.0]

@@ -222,6 +222,14 @@ def test_truncated_pt_file_is_one_line(tmp_path, capsys):
     assert status == 2 and err.count("\n") == 1 and "is not a valid .pt file" in err
 
 
+def test_a_garbage_pt_file_is_one_line_naming_it(tmp_path, capsys):
+    pytest.importorskip("torch")
+    (tmp_path / "notes.pt").write_text("not a checkpoint")
+    status, _, err = run(capsys, str(tmp_path / "notes.pt"))
+    assert status == 2 and err.count("\n") == 1
+    assert f"{tmp_path / 'notes.pt'}' is not a readable PyTorch checkpoint" in err
+
+
 def test_pickled_code_in_a_pt_file_is_refused(tmp_path, capsys):
     torch = pytest.importorskip("torch")
     torch.save({"w": torch.ones(8, 8), "obj": shutil.Error("x")}, tmp_path / "m.pt")
