@@ -9,22 +9,11 @@ Run: ``PYTHONPATH=. python benchmarks/bame_evolve_speed.py``
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import numpy as np
+from _timing import median_seconds
 
 from nmref.bame import BameConfig, BameState, evolve_mask, evolve_mask_reference
 from nmref.masks import magnitude_mask
-
-
-def median_seconds(function, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def main() -> int:
@@ -47,7 +36,10 @@ def main() -> int:
                 )
 
             fast()  # compile nm_mask's kernel outside the timing
-            oracle, vectorised = median_seconds(slow, 3), median_seconds(fast, 7)
+            oracle, vectorised = (
+                median_seconds(slow, 3, warm_up=False),
+                median_seconds(fast, 7, warm_up=False),
+            )
             print(
                 f"{f'{rows}x{columns}':>12} {f'{n}:{m}':>7} {rule:>11} {oracle:9.4f} "
                 f"{vectorised:8.4f} {oracle / vectorised:6.1f}x"

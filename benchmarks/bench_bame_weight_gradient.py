@@ -10,22 +10,12 @@ SR-STE compute, and prints the ratio.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
+from _timing import median_seconds
 
 import nmsim.torch as nt
 from nmsim.torch.training import gathered_weight_gradient
-
-
-def _median_seconds(function, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -45,10 +35,10 @@ def main() -> None:
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    gathered = _median_seconds(
-        lambda: (gathered_weight_gradient(x, dy, positions), sync()), args.repeats
+    gathered = median_seconds(
+        lambda: gathered_weight_gradient(x, dy, positions), args.repeats, warm_up=False, sync=sync
     )
-    dense = _median_seconds(lambda: (dy.T @ x, sync()), args.repeats)
+    dense = median_seconds(lambda: dy.T @ x, args.repeats, warm_up=False, sync=sync)
     print(
         f"{args.size}x{args.size} 2:4, batch {args.batch}, {args.device}: "
         f"gathered {gathered:.4f} s, "

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import statistics
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from _timing import median_seconds
 
 from nmref import bimask
 
@@ -81,15 +81,6 @@ def untie(weight: np.ndarray, rng: np.random.Generator, m: int = 4) -> np.ndarra
         weight[tied_rows] = rng.standard_normal((len(tied_rows), weight.shape[1]))
 
 
-def median_seconds(function, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def warm_up() -> None:
     """Compile every Numba kernel once, outside the timings."""
     weight = np.random.default_rng(0).standard_normal((16, 16))
@@ -123,7 +114,7 @@ def speed(workloads: dict[str, list[np.ndarray]], args: argparse.Namespace) -> N
             def ours(weight=weight, candidates=candidates):
                 bimask.search_permutation(weight, 2, 4, candidates=candidates, rng=0)
 
-            ours_total += median_seconds(ours, args.repeats)
+            ours_total += median_seconds(ours, args.repeats, warm_up=False)
             peer_count = min(args.baseline_candidates or args.candidates, len(candidates))
             scaled |= peer_count < len(candidates)
             peer_candidates = torch.from_numpy(candidates[:peer_count].astype(np.int64))
@@ -133,7 +124,7 @@ def speed(workloads: dict[str, list[np.ndarray]], args: argparse.Namespace) -> N
             def peer(peer_weight=peer_weight, peer_candidates=peer_candidates, out=peer_scores):
                 out[:] = port.code_search(peer_weight, 2, 4, peer_candidates)[1]
 
-            seconds = median_seconds(peer, args.baseline_repeats)
+            seconds = median_seconds(peer, args.baseline_repeats, warm_up=False)
             peer_total += seconds * len(candidates) / peer_count
             agree &= bool(
                 np.array_equal(result.candidate_scores[:peer_count], np.array(peer_scores))

@@ -11,23 +11,11 @@ Run: ``python benchmarks/bench_formats.py [--rows 4096] [--columns 4096] [--repe
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
 
 import numpy as np
+from _timing import median_seconds
 
 from nmsim.formats import compress_2to4, decompress_2to4
-
-
-def median_seconds(function: Callable[[], object], repeats: int) -> float:
-    function()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def pruned_matrix(rows: int, columns: int, dtype: type) -> np.ndarray:

@@ -10,19 +10,16 @@ Run: ``python benchmarks/bench_import.py [--repeats 7]``
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
-import time
+
+from _timing import median_seconds
 
 
 def median_start(code: str, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], check=True)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return median_seconds(
+        lambda: subprocess.run([sys.executable, "-c", code], check=True), repeats, warm_up=False
+    )
 
 
 def main() -> None:

@@ -12,11 +12,10 @@ Run: ``python benchmarks/bench_masks.py [--size 4096] [--repeats 7]``
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 
 import numpy as np
+from _timing import median_seconds
 
 import nmref
 
@@ -44,16 +43,6 @@ def make_torch_topk_mask() -> Callable[[np.ndarray, int, int], np.ndarray] | Non
         return mask.reshape(weights.shape).numpy()
 
     return torch_topk_mask
-
-
-def median_seconds(function: Callable[[], object], repeats: int) -> float:
-    function()  # warm-up (JIT compile, allocator)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:

@@ -19,15 +19,14 @@ synchronise the device before and after each call.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 import torch
+from _timing import median_seconds
 
 import nmref.bimask
 import nmsim.torch as nt
@@ -41,15 +40,7 @@ def timed(function, device: torch.device, repeats: int) -> float:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    function()
-    times = []
-    for _ in range(repeats):
-        sync()
-        start = time.perf_counter()
-        function()
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return median_seconds(function, repeats, sync=sync)
 
 
 def topk_mask(scores: torch.Tensor, n: int, m: int) -> torch.Tensor:

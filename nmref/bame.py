@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
-from typing import Literal
+from typing import Literal, NoReturn
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -185,9 +185,8 @@ class BameConfig:
             raise ValueError(f"t_f={self.t_f} must be >= t_i={self.t_i}")
         if self.update_interval < 1:
             raise ValueError(f"update_interval={self.update_interval} must be >= 1")
-        for name, choices in _CHOICES.items():
-            if getattr(self, name) not in choices:
-                raise ValueError(f"{name}={getattr(self, name)!r} must be one of {choices}")
+        for name in _CHOICES:
+            _check_choice(name, getattr(self, name))
         _check_real("adapt_fraction", self.adapt_fraction, 0.0, 1.0)
         _check_real("ema_decay", self.ema_decay, 0.0, 1.0, upper_open=True)
         _check_real("freeze_threshold", self.freeze_threshold, 0.0, math.inf)
@@ -213,6 +212,76 @@ def _check_real(
     if math.isnan(number) or number < low or above:
         bracket = ")" if upper_open else "]"
         raise ValueError(f"{name}={value!r} must lie in [{low}, {high}{bracket}")
+
+
+# Validators on plain Python values (names, numbers, shapes), never on arrays: the torch
+# twins in nmsim.torch.bame call them too, so both paths refuse the same inputs with the
+# same words.
+
+
+def _check_choice(name: str, value: object) -> None:
+    if value not in _CHOICES[name]:
+        raise ValueError(f"{name}={value!r} must be one of {_CHOICES[name]}")
+
+
+def _check_utility_settings(regrow_init: object, lookahead_step: object, curvature: object) -> None:
+    """The settings of :func:`keep_utility`."""
+    _check_choice("regrow_init", regrow_init)
+    # A negative or NaN step or curvature would silently invert or poison the ranking.
+    _check_real("lookahead_step", lookahead_step, 0.0, math.inf, upper_open=True)
+    _check_real("curvature", curvature, 0.0, math.inf, upper_open=True)
+
+
+def _check_mask_form(
+    name: str, is_bool: bool, dtype: object, shape: tuple[int, ...], m: int
+) -> None:
+    """A mask in the ``[rows, reduction]`` form, whole blocks of ``m`` per row."""
+    if not is_bool:
+        raise TypeError(f"{name} must be a bool array, got dtype={dtype}")
+    if len(shape) != 2:
+        raise ValueError(
+            f"{name} must be the 2-D [rows, reduction] matrix (see nmref.layouts), "
+            f"got ndim={len(shape)}"
+        )
+    if shape[1] % m:
+        raise ValueError(f"{name}.shape[1]={shape[1]} must be a multiple of m={m}")
+
+
+def _check_operand_shapes(mask_shape: tuple[int, ...], **shapes: tuple[int, ...]) -> None:
+    for name, shape in shapes.items():
+        if shape != mask_shape:
+            raise ValueError(f"{name}.shape={shape} must equal mask.shape={mask_shape}")
+
+
+def _check_candidate_blocks(
+    is_bool: bool, dtype: object, shape: tuple[int, ...], mask_shape: tuple[int, ...], m: int
+) -> None:
+    block_shape = (mask_shape[0], mask_shape[1] // m)
+    if not is_bool or shape != block_shape:
+        raise ValueError(
+            f"candidates must be a bool array of block shape {block_shape}, got {dtype} {shape}"
+        )
+
+
+def _raise_candidate_grad(row: int, column: int, m: int) -> NoReturn:
+    """``grad[row, column]`` lies in a candidate block and is not finite."""
+    raise ValueError(
+        f"grad is not finite at ({row}, {column}), a position of candidate block "
+        f"({row}, {column // m}); the scores need the gradient at every position of "
+        "every candidate block (spec 3.6)"
+    )
+
+
+def _check_selection(
+    scores_shape: tuple[int, ...], candidates_shape: tuple[int, ...], budget: object
+) -> None:
+    """The arguments of :func:`select_blocks`, NaN scores aside."""
+    if scores_shape != candidates_shape:
+        raise ValueError(
+            f"scores.shape={scores_shape} must equal candidates.shape={candidates_shape}"
+        )
+    if isinstance(budget, bool) or not isinstance(budget, int | np.integer) or budget < 0:
+        raise ValueError(f"budget={budget!r} must be a non-negative integer")
 
 
 @dataclass(frozen=True)
@@ -269,15 +338,7 @@ class BameState:
 
 def _as_mask(mask: ArrayLike, m: int, name: str = "mask") -> NDArray[np.bool_]:
     array = np.asarray(mask)
-    if array.dtype != np.bool_:
-        raise TypeError(f"{name} must be a bool array, got dtype={array.dtype}")
-    if array.ndim != 2:
-        raise ValueError(
-            f"{name} must be the 2-D [rows, reduction] matrix (see nmref.layouts), "
-            f"got ndim={array.ndim}"
-        )
-    if array.shape[1] % m:
-        raise ValueError(f"{name}.shape[1]={array.shape[1]} must be a multiple of m={m}")
+    _check_mask_form(name, array.dtype == np.bool_, array.dtype, array.shape, m)
     return array
 
 
@@ -301,6 +362,14 @@ def is_update_step(step: int, config: BameConfig) -> bool:
     [10, 20, 30]
     """
     return config.t_i <= step < config.t_f and (step - config.t_i) % config.update_interval == 0
+
+
+def _check_update_step(step: int, config: BameConfig) -> None:
+    if not is_update_step(step, config):
+        raise ValueError(
+            f"step={step} is not an update step of t_i={config.t_i}, t_f={config.t_f}, "
+            f"update_interval={config.update_interval}"
+        )
 
 
 def adapted_fraction(step: int, config: BameConfig) -> float:
@@ -457,11 +526,7 @@ def keep_utility(
     Entries are computed everywhere; callers pass a gradient that is finite
     where the result is used (NaN elsewhere propagates only to unused entries).
     """
-    if regrow_init not in _CHOICES["regrow_init"]:
-        raise ValueError(f"regrow_init={regrow_init!r} must be one of {_CHOICES['regrow_init']}")
-    # A negative or NaN step or curvature would silently invert or poison the ranking.
-    _check_real("lookahead_step", lookahead_step, 0.0, math.inf, upper_open=True)
-    _check_real("curvature", curvature, 0.0, math.inf, upper_open=True)
+    _check_utility_settings(regrow_init, lookahead_step, curvature)
     w = np.asarray(weight, dtype=np.float64)
     g = np.asarray(grad, dtype=np.float64)
     kept = np.asarray(mask, dtype=bool)
@@ -507,8 +572,7 @@ def _validated_inputs(
         if array.dtype.kind != "f" or array.dtype.itemsize > 8:
             # float64 is the scoring precision: wider floats would be rounded silently.
             raise TypeError(f"{name} must be a float16/32/64 array, got dtype={array.dtype}")
-        if array.shape != mask_array.shape:
-            raise ValueError(f"{name}.shape={array.shape} must equal mask.shape={mask_array.shape}")
+    _check_operand_shapes(mask_array.shape, weight=weight_array.shape, grad=grad_array.shape)
     if not is_nm(mask_array, n, m):
         raise ValueError(f"mask must keep exactly n={n} in every block of m={m}")
     if not np.isfinite(weight_array).all():
@@ -521,12 +585,7 @@ def _check_candidate_grad(grad: NDArray, candidates: NDArray[np.bool_], m: int) 
     needed = np.repeat(candidates, m, axis=1)
     bad = needed & ~np.isfinite(grad)
     if bad.any():
-        row, column = (int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(
-            f"grad is not finite at ({row}, {column}), a position of candidate block "
-            f"({row}, {column // m}); the scores need the gradient at every position of "
-            "every candidate block (spec 3.6)"
-        )
+        _raise_candidate_grad(*(int(i) for i in np.argwhere(bad)[0]), m)
 
 
 def block_scores(
@@ -606,19 +665,15 @@ def block_scores(
     pattern = check_pattern(n, m)
     weight_array, mask_array, grad_array = _validated_inputs(weight, mask, grad, m, n)
     candidate_array = np.asarray(candidates)
-    if candidate_array.dtype != np.bool_ or candidate_array.shape != (
-        mask_array.shape[0],
-        mask_array.shape[1] // m,
-    ):
-        raise ValueError(
-            f"candidates must be a bool array of block shape "
-            f"{(mask_array.shape[0], mask_array.shape[1] // m)}, got "
-            f"{candidate_array.dtype} {candidate_array.shape}"
-        )
-    if swap_rule not in _CHOICES["swap_rule"]:
-        raise ValueError(f"swap_rule={swap_rule!r} must be one of {_CHOICES['swap_rule']}")
-    if regrow_init not in _CHOICES["regrow_init"]:
-        raise ValueError(f"regrow_init={regrow_init!r} must be one of {_CHOICES['regrow_init']}")
+    _check_candidate_blocks(
+        candidate_array.dtype == np.bool_,
+        candidate_array.dtype,
+        candidate_array.shape,
+        mask_array.shape,
+        m,
+    )
+    _check_choice("swap_rule", swap_rule)
+    _check_choice("regrow_init", regrow_init)
     _check_candidate_grad(grad_array, candidate_array, m)
 
     expanded = np.repeat(candidate_array, m, axis=1)
@@ -731,12 +786,7 @@ def select_blocks(scores: ArrayLike, candidates: ArrayLike, budget: int) -> NDAr
     """
     score_array = np.asarray(scores, dtype=np.float64)
     candidate_array = np.asarray(candidates, dtype=bool)
-    if score_array.shape != candidate_array.shape:
-        raise ValueError(
-            f"scores.shape={score_array.shape} must equal candidates.shape={candidate_array.shape}"
-        )
-    if isinstance(budget, bool) or not isinstance(budget, int | np.integer) or budget < 0:
-        raise ValueError(f"budget={budget!r} must be a non-negative integer")
+    _check_selection(score_array.shape, candidate_array.shape, budget)
     if np.isnan(score_array[candidate_array]).any():
         raise ValueError("scores must not be NaN at candidate blocks")
     flat_scores = score_array.ravel()
@@ -908,11 +958,7 @@ def evolve_mask(
     >>> out.mask.tolist(), out.weight.tolist(), out.reduction.tolist()
     ([[False, True]], [[0.5, 0.0]], [[4.0]])
     """
-    if not is_update_step(step, config):
-        raise ValueError(
-            f"step={step} is not an update step of t_i={config.t_i}, t_f={config.t_f}, "
-            f"update_interval={config.update_interval}"
-        )
+    _check_update_step(step, config)
     n, m = config.n, config.m
     weight_array, mask_array, grad_array = _validated_inputs(weight, mask, grad, m, n)
     _check_state(state, mask_array, m)
@@ -984,8 +1030,7 @@ def evolve_mask_reference(
     random visiting orders); slow. ``visit_order`` is a permutation of the flat
     block indices (C order); the default is ``0, 1, ...``.
     """
-    if not is_update_step(step, config):
-        raise ValueError(f"step={step} is not an update step")
+    _check_update_step(step, config)
     n, m = config.n, config.m
     w, mask_array, g = _validated_inputs(weight, mask, grad, m, n)
     rows, groups = mask_array.shape[0], mask_array.shape[1] // m

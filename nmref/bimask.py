@@ -338,8 +338,7 @@ def backward_mask(
     array([1, 1, 0, 0])
     """
     pattern = check_pattern(n, m)
-    if rank not in _RANKS:
-        raise ValueError(f"rank={rank!r} must be one of {_RANKS}")
+    _check_rank(rank)
     array = _as_weight(weight)
     resolved = _resolve_layout(array.shape, layout, straddle)
     survivors = _to_blocks(as_binary_mask(forward_mask, array.shape, "forward_mask"), resolved)
@@ -451,6 +450,11 @@ def gradient_gap(
 # ----------------------------------------------------------------------------
 # Permutation score: reference (one candidate, plain NumPy) and fast batch
 # ----------------------------------------------------------------------------
+
+
+def _check_rank(rank: str) -> None:
+    if rank not in _RANKS:
+        raise ValueError(f"rank={rank!r} must be one of {_RANKS}")
 
 
 def _check_criterion(criterion: str) -> int:
@@ -652,6 +656,43 @@ def _as_generator(rng: object) -> np.random.Generator:
     )
 
 
+def _evaluated_permutations(
+    candidates: int | ArrayLike, out_channels: int, rng: object, include_identity: bool
+) -> NDArray[np.intp]:
+    """The permutations :func:`search_permutation` scores, in order, as a ``(K, out)`` array.
+
+    ``candidates`` is a count drawn with ``rng.permutation(out)`` or an explicit array
+    (then ``rng`` is unused); the identity comes first with ``include_identity``. Host-side
+    and shared with ``nmsim.torch.bimask`` so that both paths draw the same candidates.
+    """
+    if isinstance(candidates, numbers.Integral) and not isinstance(candidates, bool):
+        count = int(candidates)
+        if count < 0:
+            raise ValueError(f"candidates={count} must be >= 0")
+        generator = _as_generator(rng)
+        drawn = np.empty((count, out_channels), dtype=np.intp)
+        for k in range(count):
+            drawn[k] = generator.permutation(out_channels)
+    else:
+        drawn = np.asarray(candidates)
+        if drawn.size and drawn.dtype.kind not in "iu":
+            # astype(intp) below would truncate 0.5 to 0 and pass a non-permutation off as one.
+            raise TypeError(f"candidates must be integer permutations, got dtype={drawn.dtype}")
+        if drawn.ndim != 2 or drawn.shape[1] != out_channels:
+            raise ValueError(
+                f"candidates must be an int or an array of shape (K, {out_channels}), "
+                f"got shape {drawn.shape}"
+            )
+    evaluated = (
+        np.concatenate([np.arange(out_channels, dtype=np.intp)[None, :], drawn.astype(np.intp)])
+        if include_identity
+        else drawn.astype(np.intp)
+    )
+    if len(evaluated) == 0:
+        raise ValueError("no candidate to evaluate: candidates=0 and include_identity=False")
+    return evaluated
+
+
 def search_permutation(
     weight: ArrayLike,
     n: int,
@@ -711,32 +752,7 @@ def search_permutation(
     pattern = check_pattern(n, m)
     _check_criterion(criterion)
     array = _as_weight(weight)
-    out_channels = array.shape[0]
-    if isinstance(candidates, numbers.Integral) and not isinstance(candidates, bool):
-        count = int(candidates)
-        if count < 0:
-            raise ValueError(f"candidates={count} must be >= 0")
-        generator = _as_generator(rng)
-        drawn = np.empty((count, out_channels), dtype=np.intp)
-        for k in range(count):
-            drawn[k] = generator.permutation(out_channels)
-    else:
-        drawn = np.asarray(candidates)
-        if drawn.size and drawn.dtype.kind not in "iu":
-            # astype(intp) below would truncate 0.5 to 0 and pass a non-permutation off as one.
-            raise TypeError(f"candidates must be integer permutations, got dtype={drawn.dtype}")
-        if drawn.ndim != 2 or drawn.shape[1] != out_channels:
-            raise ValueError(
-                f"candidates must be an int or an array of shape (K, {out_channels}), "
-                f"got shape {drawn.shape}"
-            )
-    evaluated = (
-        np.concatenate([np.arange(out_channels, dtype=np.intp)[None, :], drawn.astype(np.intp)])
-        if include_identity
-        else drawn.astype(np.intp)
-    )
-    if len(evaluated) == 0:
-        raise ValueError("no candidate to evaluate: candidates=0 and include_identity=False")
+    evaluated = _evaluated_permutations(candidates, array.shape[0], rng, include_identity)
     mask = forward_mask(array, pattern.n, pattern.m, layout=layout, straddle=straddle)
     scores = score_permutations(
         mask, evaluated, pattern.n, pattern.m, criterion=criterion, layout=layout, straddle=straddle

@@ -24,8 +24,9 @@ import contextlib
 import json
 import os
 import pickle
+import secrets
+import stat
 import struct
-import tempfile
 import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -150,7 +151,9 @@ def iter_tensors(path: str | os.PathLike[str]) -> Iterator[TensorRecord]:
     ------
     ValueError
         If the extension is not one of :data:`READ_FORMATS`, or the file is not
-        a valid file of that kind (truncated, corrupt, pickled objects).
+        a valid file of that kind (truncated, corrupt, pickled objects; a
+        ``.pt``/``.pth`` that ``torch.save`` did not write: "not a readable
+        PyTorch checkpoint").
     FileNotFoundError
         If the file does not exist.
     ImportError
@@ -204,7 +207,7 @@ def _file_errors(path: Path) -> Iterator[None]:
     suffix = path.suffix.lower()
     try:
         yield
-    except TensorNotFoundError:
+    except (TensorNotFoundError, _NotACheckpoint):
         raise
     except (
         zipfile.BadZipFile,
@@ -256,6 +259,34 @@ _SAFETENSORS_DTYPES = {
 }
 
 
+# torch.save writes a zip archive (torch >= 1.6) or, before, a pickle stream opening with
+# protocol 2+ (``\x80``) and then torch's magic number pickled as a 10-byte LONG1.
+_ZIP_SIGNATURE = b"PK\x03\x04"
+_LEGACY_TORCH_MAGIC = b"\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
+
+
+class _NotACheckpoint(ValueError):
+    """A ``.pt``/``.pth`` file that torch.save did not write (say so, not torch's error)."""
+
+
+def _check_torch_signature(path: Path) -> None:
+    """Refuse files that are not PyTorch checkpoints before torch reads them.
+
+    On arbitrary bytes ``torch.load`` fails in ways that mislead: an ``IndexError``
+    ("pop from empty list"), or a weights_only refusal that reads as if the file held
+    pickled code. A checkpoint starts with a zip signature or with torch's magic number.
+    """
+    with open(path, "rb") as handle:
+        head = handle.read(64)
+    if head.startswith(_ZIP_SIGNATURE) or (head[:1] == b"\x80" and _LEGACY_TORCH_MAGIC in head):
+        return
+    found = "the file is empty" if not head else f"it starts with {head[:8]!r}"
+    raise _NotACheckpoint(
+        f"path={str(path)!r} is not a readable PyTorch checkpoint: torch.save writes a zip "
+        f"archive (or, before torch 1.6, a pickle stream with torch's magic number); {found}"
+    )
+
+
 def _import_torch() -> object:
     try:
         import torch
@@ -269,6 +300,7 @@ def _import_torch() -> object:
 def _torch_tensors(path: Path) -> list[tuple[str, object]]:
     """``(name, tensor)`` of a ``.pt`` state dict, nested dictionaries flattened with ``.``."""
     torch = _import_torch()
+    _check_torch_signature(path)
     try:
         loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except RuntimeError as error:
@@ -387,25 +419,50 @@ def _same_file(first: Path, second: Path) -> bool:
     return first.resolve() == second.resolve()
 
 
+def _create_beside(path: Path) -> tuple[str, int]:
+    """Create a new empty file with a fresh name next to ``path``: its name and mode.
+
+    Created with mode 0666 through ``os.open``, so the kernel applies the process
+    umask (and any default ACL of the folder) exactly as for a plain ``open()``,
+    and the resulting mode is read back with ``stat``. This is why the file is not
+    made by ``tempfile.mkstemp``: that one is always private (0600), and knowing
+    what to widen it to needs the umask, which Python can only read by setting it
+    (``os.umask``): a process-wide change that races with files other threads
+    create meanwhile (one of them could be created world-writable).
+    """
+    directory = path.parent if str(path.parent) else Path(".")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        candidate = directory / f".{path.name}.{secrets.token_hex(6)}{path.suffix}"
+        try:
+            descriptor = os.open(candidate, flags, 0o666)
+        except FileExistsError:
+            continue
+        try:
+            mode = stat.S_IMODE(os.fstat(descriptor).st_mode)
+        finally:
+            os.close(descriptor)
+        return str(candidate), mode
+    raise FileExistsError(f"no free temporary name beside {str(path)!r}")
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike[str]) -> Iterator[str]:
     """Yield a temporary path beside ``path``; on success rename it onto ``path``.
 
     Readers never see a half-written file, and a failure leaves ``path``
     untouched and no temporary file behind. The file gets the mode a plain
-    ``open()`` would give it (``mkstemp`` alone makes it private, 0600).
+    ``open()`` would give it, without touching the process umask (safe to call
+    from several threads). Write to the yielded path by opening it again (it
+    exists and is empty).
     """
     path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    descriptor, temporary = tempfile.mkstemp(
-        prefix=f".{path.name}.", suffix=path.suffix, dir=directory
-    )
-    os.close(descriptor)
+    temporary, mode = _create_beside(path)
     try:
         yield temporary
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)
+        # Some writers replace the file rather than reopen it (safetensors makes its
+        # own, private one): give the result the mode the kernel chose above.
+        os.chmod(temporary, mode)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

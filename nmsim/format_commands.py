@@ -180,7 +180,10 @@ def _check_consistent(path: Path, data: dict[str, Any]) -> None:
     spec = format_spec(data["dtype_kind"])
     shape, values, metadata = data["shape"], data["values"], data["metadata"]
     if len(shape) != 2 or shape[1] % spec.dense_columns_per_word:
-        raise ValueError(f"{path}: recorded shape {shape} is not a {data['dtype_kind']} matrix")
+        raise ValueError(
+            f"{path}: recorded shape {shape} cannot hold {data['dtype_kind']} data: it needs "
+            f"2 dimensions and columns divisible by {spec.dense_columns_per_word}"
+        )
     if values.dtype != spec.storage_dtype:
         raise ValueError(
             f"{path}: values have dtype {values.dtype}; {data['dtype_kind']} stores "
@@ -188,13 +191,13 @@ def _check_consistent(path: Path, data: dict[str, Any]) -> None:
         )
     if values.shape != (shape[0], shape[1] // 2):
         raise ValueError(
-            f"{path}: values have shape {values.shape}; a {shape[0]} x {shape[1]} matrix needs "
-            f"{(shape[0], shape[1] // 2)}"
+            f"{path}: values have shape {values.shape}; the {shape[0]} x {shape[1]} matrix "
+            f"needs {(shape[0], shape[1] // 2)}"
         )
     expected = (shape[0], shape[1] // spec.dense_columns_per_word)
     if metadata.shape != expected:
         raise ValueError(
-            f"{path}: metadata has shape {metadata.shape}; a {shape[0]} x {shape[1]} "
+            f"{path}: metadata has shape {metadata.shape}; the {shape[0]} x {shape[1]} "
             f"{data['dtype_kind']} matrix needs {expected}"
         )
 

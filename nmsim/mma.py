@@ -100,7 +100,7 @@ def _check_b(b: np.ndarray, kind: str, rows: int) -> np.ndarray:
         )
     if b.ndim != 2 or b.shape[0] != rows:
         raise ValueError(
-            f"b must have shape ({rows}, n) to multiply a {rows}-column A, got {b.shape}"
+            f"b must have shape ({rows}, n) to multiply A, which has {rows} columns, got {b.shape}"
         )
     return b
 
@@ -521,8 +521,11 @@ def mma_sp_warp(
     expected = {
         "a": (spec.storage_dtype, (WARP_SIZE, k // 4), dtype_kind),
         "b": (spec.storage_dtype, (WARP_SIZE, k // 4), dtype_kind),
-        "c": (np.dtype(_ACCUMULATOR_DTYPES[accumulate]), (WARP_SIZE, 4),
-              f"accumulate={accumulate!r}"),
+        "c": (
+            np.dtype(_ACCUMULATOR_DTYPES[accumulate]),
+            (WARP_SIZE, 4),
+            f"accumulate={accumulate!r}",
+        ),
         "e": (np.dtype(np.uint32), (WARP_SIZE,), "the metadata register"),
     }
     for name, (dtype, shape_expected, rule) in expected.items():
@@ -578,8 +581,8 @@ def metadata_register(
         )
     if not (0 <= tile_row < rows // 16 and 0 <= tile_k < words // 2):
         raise ValueError(
-            f"tile (tile_row={tile_row}, tile_k={tile_k}) is outside a {rows}-row matrix with "
-            f"{words // 2} k-tiles of 32 columns"
+            f"tile (tile_row={tile_row}, tile_k={tile_k}) is outside the matrix: {rows} rows "
+            f"({rows // 16} row tiles of 16) and {words // 2} k-tiles of 32 columns"
         )
     if lane not in metadata_lanes("m16n8k32", selector):
         raise ValueError(f"lane {lane} carries no metadata with selector {selector}")

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser", "render_table", "run"]
+__all__ = ["add_parser", "format_ratio", "render_table", "run"]
 
 
 def add_parser(subparsers: Any) -> None:
@@ -98,15 +98,39 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.2f}%"
 
 
-def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
+def format_ratio(value: float | None, digits: int = 2) -> str:
+    """A ratio as ``"1.23x"``, never rounded onto ``1`` unless it is exactly 1.
+
+    A sparse run marginally slower than dense (0.9999) must not read as "1.00x", nor a
+    marginal gain as no change: such ratios get more decimals (``"0.9999x"``), up to 6;
+    beyond that a ``<`` or ``>`` says on which side of 1 they lie (``"<1.000000x"``).
+    ``None`` is ``"-"``.
+    """
+    if value is None:
+        return "-"
+    text = f"{value:.{digits}f}"
+    while value != 1 and float(text) == 1 and digits < 6:
+        digits += 1
+        text = f"{value:.{digits}f}"
+    if value != 1 and float(text) == 1:
+        text = ("<" if value < 1 else ">") + text
+    return f"{text}x"
+
+
+def _faster_or_slower(speedup: float) -> str:
+    """``dense / sparse`` time in words: "1.03x faster", "1.0001x slower" or "unchanged"."""
+    if speedup > 1:
+        return f"{format_ratio(speedup)} faster"
+    if speedup < 1:
+        return f"{format_ratio(1 / speedup)} slower"
+    return "unchanged (1.00x)"
 
 
 def _speedup(block: dict[str, Any], key: str) -> str:
     method = block["methods"].get(key)
     if method is None or method["total"] <= 0:
         return "-"
-    return _ratio(block["dense"]["total"] / method["total"])
+    return format_ratio(block["dense"]["total"] / method["total"])
 
 
 GEMM_SHORT = {"forward": "fwd", "input_grad": "dX", "weight_grad": "dW"}
@@ -181,7 +205,7 @@ def render_table(report: dict[str, Any], console: Any) -> None:
         table.add_column(
             f"speedup {label}",
             justify="right",
-            footer=_ratio(block and block["speedup"]),
+            footer=format_ratio(block and block["speedup"]),
         )
     failed = any(entry["status"] == "error" for entry in report["tensors"])
     if failed:
@@ -246,9 +270,10 @@ def render_table(report: dict[str, Any], console: Any) -> None:
         executed = totals["flops"]["executed"][key] if totals["flops"] else None
         if total and flops and executed:
             console.print(
-                f"{columns[key]['title']}: training FLOPs reduced {flops['reduction']:.2f}x "
-                f"({executed['reduction']:.2f}x as executed by 2:4 hardware), "
-                f"estimated GEMM time {total['speedup']:.2f}x faster "
+                f"{columns[key]['title']}: training FLOPs reduced "
+                f"{format_ratio(flops['reduction'])} "
+                f"({format_ratio(executed['reduction'])} as executed by 2:4 hardware), "
+                f"estimated GEMM time {_faster_or_slower(total['speedup'])} "
                 f"({1e3 * totals['time']['dense']['total']:.3g} ms -> "
                 f"{1e3 * total['total']:.3g} ms "
                 f"per step on {settings['gpu']}, {settings['dtype']}, "

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -73,12 +76,72 @@ def test_unknown_extension_and_missing_file(tmp_path):
         list(iter_tensors(tmp_path / "w.npy"))
 
 
-def test_written_files_get_the_mode_of_a_plain_open(tmp_path):
+@pytest.mark.parametrize("suffix", [".npz", ".safetensors", ".npy"])
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_written_files_get_the_mode_of_a_plain_open(tmp_path, suffix, umask):
     import os
 
-    umask = os.umask(0o022)
+    tensors = _tensors() if suffix != ".npy" else {"w": np.ones(3)}
+    previous = os.umask(umask)
     try:
-        path = write_tensors(tmp_path / "t.npz", _tensors())
+        path = write_tensors(tmp_path / f"t{suffix}", tensors)
+        plain = tmp_path / "plain"
+        plain.write_bytes(b"")
     finally:
-        os.umask(umask)
-    assert path.stat().st_mode & 0o777 == 0o644
+        os.umask(previous)
+    assert path.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain", f"t{suffix}"]
+
+
+def test_atomic_output_never_touches_the_process_umask(tmp_path, monkeypatch):
+    """Setting the umask, even to restore it, changes the mode of files other threads
+    create meanwhile; atomic_output must not do it at all."""
+    import os
+
+    from nmref.checkpoints import atomic_output
+
+    def forbidden(mask):
+        raise AssertionError(f"os.umask({mask:#o}) called")
+
+    monkeypatch.setattr(os, "umask", forbidden)
+    with atomic_output(tmp_path / "out.bin") as temporary:
+        Path(temporary).write_bytes(b"data")
+    assert (tmp_path / "out.bin").read_bytes() == b"data"
+    with pytest.raises(RuntimeError), atomic_output(tmp_path / "other.bin") as temporary:
+        Path(temporary).write_bytes(b"half")
+        raise RuntimeError("writer failed")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"this is not a checkpoint\n\x00\x01",
+        b"\x16\xcf\xa2\xd3\xb8\xd4hO" * 12,  # random bytes: torch read them as a bad pickle
+        b"",
+    ],
+)
+@pytest.mark.parametrize("suffix", [".pt", ".pth"])
+def test_a_file_torch_did_not_write_is_named_as_such(tmp_path, content, suffix):
+    """torch.load said 'pop from empty list' (IndexError) or blamed pickled objects."""
+    pytest.importorskip("torch")
+    from nmref.checkpoints import list_tensors, read_tensor
+
+    path = tmp_path / f"garbage{suffix}"
+    path.write_bytes(content)
+    expected = re.escape(f"path='{path}' is not a readable PyTorch checkpoint: ")
+    expected += ".*(starts with|the file is empty)"
+    for read in (lambda: list(iter_tensors(path)), lambda: list_tensors(path)):
+        with pytest.raises(ValueError, match=expected):
+            read()
+    with pytest.raises(ValueError, match=expected):
+        read_tensor(path, "w")
+
+
+@pytest.mark.parametrize("zip_archive", [True, False])
+def test_torch_checkpoints_of_both_formats_pass_the_signature_check(tmp_path, zip_archive):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "m.pt"
+    torch.save({"w": torch.arange(4.0)}, path, _use_new_zipfile_serialization=zip_archive)
+    [record] = list(iter_tensors(path))
+    assert record.name == "w" and record.array.tolist() == [0.0, 1.0, 2.0, 3.0]

@@ -122,9 +122,19 @@ def test_inspect_rejects_inconsistent_files_and_negative_counts(
     good = dict(np.load(out))
     cases = {
         "values": ({**good, "values": good["values"][:16]}, r"values have shape \(16, 32\)"),
-        "shape": ({**good, "shape": np.array([32, 128])}, r"values have shape \(32, 32\)"),
-        "metadata": ({**good, "metadata": good["metadata"][:, :2]},
-                     r"metadata has shape \(32, 2\)"),
+        "shape": (
+            {**good, "shape": np.array([32, 128])},
+            r"values have shape \(32, 32\); the 32 x 128 matrix needs \(32, 64\)",
+        ),
+        "columns": (
+            {**good, "shape": np.array([32, 60])},
+            r"recorded shape \(32, 60\) cannot hold fp16 data: it needs 2 dimensions and "
+            r"columns divisible by 16",
+        ),
+        "metadata": (
+            {**good, "metadata": good["metadata"][:, :2]},
+            r"metadata has shape \(32, 2\)",
+        ),
         "dtype": ({**good, "values": good["values"].astype(np.float32)}, "values have dtype"),
     }
     for name, (arrays, message) in cases.items():

@@ -213,7 +213,9 @@ def test_mma_sp_errors() -> None:
     values, metadata = compress_2to4(a, dtype_kind="fp16")
     with pytest.raises(TypeError, match="b has dtype float32"):
         mma_sp(values, metadata, np.zeros((32, 8), dtype=np.float32))
-    with pytest.raises(ValueError, match=r"b must have shape \(32, n\)"):
+    with pytest.raises(
+        ValueError, match=r"b must have shape \(32, n\) to multiply A, which has 32 c"
+    ):
         mma_sp(values, metadata, np.zeros((16, 8), dtype=np.float16))
     with pytest.raises(ValueError, match="not available for bf16"):
         mma_sp(values.view(np.uint16), metadata, np.zeros((32, 8), np.uint16), accumulate="fp16")
@@ -369,7 +371,9 @@ def test_metadata_register_rejects_tiles_outside_the_matrix() -> None:
     tile's word; tile_k past the end raised a bare IndexError."""
     stored = np.zeros((32, 2), dtype=np.int16)
     for tile_row, tile_k in [(-1, 0), (2, 0), (0, -1), (0, 1)]:
-        with pytest.raises(ValueError, match=r"tile \(tile_row=.*\) is outside"):
+        with pytest.raises(
+            ValueError, match=r"tile \(tile_row=.*\) is outside the matrix: 32 rows"
+        ):
             metadata_register(stored, tile_row=tile_row, tile_k=tile_k, lane=0)
     with pytest.raises(ValueError, match="rows divisible by 32 and an even number of words"):
         metadata_register(np.zeros((16, 2), dtype=np.int16), tile_row=0, tile_k=0, lane=0)

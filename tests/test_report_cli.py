@@ -222,6 +222,14 @@ def test_truncated_pt_file_is_one_line(tmp_path, capsys):
     assert status == 2 and err.count("\n") == 1 and "is not a valid .pt file" in err
 
 
+def test_a_garbage_pt_file_is_one_line_naming_it(tmp_path, capsys):
+    pytest.importorskip("torch")
+    (tmp_path / "notes.pt").write_text("not a checkpoint")
+    status, _, err = run(capsys, str(tmp_path / "notes.pt"))
+    assert status == 2 and err.count("\n") == 1
+    assert f"{tmp_path / 'notes.pt'}' is not a readable PyTorch checkpoint" in err
+
+
 def test_pickled_code_in_a_pt_file_is_refused(tmp_path, capsys):
     torch = pytest.importorskip("torch")
     torch.save({"w": torch.ones(8, 8), "obj": shutil.Error("x")}, tmp_path / "m.pt")
@@ -268,3 +276,46 @@ def test_missing_matplotlib_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import raises ImportError
     status, _, err = run(capsys, "--methods", "1d", "--out", str(tmp_path / "o"))
     assert status == 2 and err.count("\n") == 1 and "needs matplotlib" in err
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (None, "-"),
+        (1.0, "1.00x"),
+        (2.5, "2.50x"),
+        (1.234, "1.23x"),
+        (0.8, "0.80x"),
+        (0.9999, "0.9999x"),  # a slowdown must not read as "1.00x"
+        (0.996, "0.996x"),
+        (1.004, "1.004x"),  # nor a gain as no change
+        (1 - 1e-9, "<1.000000x"),
+        (1 + 1e-9, ">1.000000x"),
+    ],
+)
+def test_ratios_never_round_onto_one(value, text):
+    from nmsim.report_cli import format_ratio
+
+    assert format_ratio(value) == text
+
+
+def test_a_marginal_slowdown_is_not_shown_as_no_change(capsys):
+    """Footer and summary sentence of a report whose sparse GEMMs are 0.9999x dense."""
+    import io
+
+    from rich.console import Console
+
+    from nmsim.report_cli import render_table
+
+    status, out, _ = run(capsys, "--json", "--methods", "1d")
+    assert status == 0
+    report = json.loads(out)
+    time = report["totals"]["time"]
+    time["methods"]["1d"]["total"] = time["dense"]["total"] / 0.9999
+    time["methods"]["1d"]["speedup"] = 0.9999
+    buffer = io.StringIO()
+    render_table(report, Console(file=buffer, width=400))
+    text = buffer.getvalue()
+    footer = next(line for line in text.splitlines() if "model total" in line)
+    assert "0.9999x" in footer and "1.00x" not in footer
+    assert "estimated GEMM time 1.0001x slower" in text

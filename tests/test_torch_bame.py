@@ -104,6 +104,78 @@ def test_errors_match_the_reference_rules():
         bame.select_blocks(torch.ones(2, 2), torch.ones(2, 2, dtype=torch.bool), -1)
 
 
+def _message(function, *args, **kwargs) -> tuple[type, str]:
+    """The exception's type and words; dtypes spelt without torch's ``torch.`` prefix."""
+    with pytest.raises((TypeError, ValueError)) as caught:
+        function(*args, **kwargs)
+    return type(caught.value), str(caught.value).replace("torch.", "")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"mask": np.array([[1, 1, 0, 0]] * 2)},  # not bool
+        {"mask": np.ones((2, 4, 1), bool)},  # not 2-D
+        {"mask": np.ones((2, 3), bool)},  # partial block
+        {"weight": np.ones((2, 8))},
+        {"grad": np.ones((1, 4))},
+        {"candidates": np.ones((2, 2), bool)},
+        {"candidates": np.ones((2, 1), np.int8)},
+        {"swap_rule": "greedy"},
+        {"regrow_init": "ones"},
+        {"lookahead_step": -1.0},
+        {"curvature": float("nan")},
+        {"lookahead_step": "0.1"},
+    ],
+)
+def test_block_scores_refuses_what_nmref_refuses_with_its_words(change):
+    """One set of validators (nmref.bame's) for both paths: same exception, same words."""
+    arguments = {
+        "weight": np.ones((2, 4)),
+        "mask": np.array([[True, True, False, False]] * 2),
+        "grad": np.zeros((2, 4)),
+        "candidates": np.ones((2, 1), bool),
+    }
+    settings = {"n": 2, "m": 4}
+    for key, value in change.items():
+        (arguments if key in arguments else settings)[key] = value
+    tensors = {key: torch.from_numpy(value) for key, value in arguments.items()}
+    expected = _message(reference.block_scores, **arguments, **settings)
+    assert _message(bame.block_scores, **tensors, **settings) == expected
+
+
+@pytest.mark.parametrize(
+    ("scores_shape", "budget"), [((2, 3), 1), ((2, 2), -1), ((2, 2), True), ((2, 2), 1.0)]
+)
+def test_select_blocks_refuses_what_nmref_refuses_with_its_words(scores_shape, budget):
+    candidates = np.ones((2, 2), bool)
+    expected = _message(reference.select_blocks, np.ones(scores_shape), candidates, budget)
+    got = _message(
+        bame.select_blocks, torch.ones(scores_shape), torch.from_numpy(candidates), budget
+    )
+    assert got == expected
+
+
+def test_keep_utility_checks_its_settings_as_nmref_does():
+    """A misspelt regrow_init used to fall through to 'zero' silently on the torch path."""
+    weight, mask, grad = np.ones((1, 4)), np.ones((1, 4), bool), np.zeros((1, 4))
+    for settings in ({"regrow_init": "stal"}, {"lookahead_step": -0.5}, {"curvature": True}):
+        expected = _message(reference.keep_utility, weight, mask, grad, **settings)
+        got = _message(
+            bame.keep_utility,
+            torch.from_numpy(weight),
+            torch.from_numpy(mask),
+            torch.from_numpy(grad),
+            **settings,
+        )
+        assert got == expected
+    # numpy integer budgets are accepted on both paths
+    scores = torch.tensor([[1.0, 2.0]])
+    assert bame.select_blocks(scores, torch.ones(1, 2, dtype=torch.bool), np.int64(1)).tolist() == [
+        [False, True]
+    ]
+
+
 CONFIGS = [
     {},
     {"swap_rule": "reselect", "regrow_init": "stale", "oscillation": "change_rate"},

@@ -110,6 +110,52 @@ def test_errors_match_the_rules():
         bimask.backward_mask(weight.int(), forward, torch.arange(8), 2, 4)
 
 
+def _refusal(function, *args, **kwargs) -> tuple[type, str]:
+    with pytest.raises((TypeError, ValueError)) as caught:
+        function(*args, **kwargs)
+    return type(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"candidates": np.array([[0.0, 1, 2, 3, 4, 5, 6, 7.5]])},  # would truncate to a permutation
+        {"candidates": np.arange(8)},  # not (K, out)
+        {"candidates": -1, "rng": 0},
+        {"candidates": 0, "rng": 0},
+        {"candidates": 2, "rng": None},
+        {"candidates": 2, "rng": 0, "criterion": "most"},
+    ],
+)
+def test_search_refuses_what_nmref_refuses_with_its_words(arguments):
+    """The candidates are drawn and checked by one function of nmref's for both paths."""
+    weight = np.random.default_rng(0).standard_normal((8, 8))
+    expected = _refusal(reference.search_permutation, weight, 2, 4, **arguments)
+    tensors = {
+        key: torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+        for key, value in arguments.items()
+    }
+    assert _refusal(bimask.search_permutation, torch.from_numpy(weight), 2, 4, **tensors) == (
+        expected
+    )
+
+
+def test_search_accepts_explicit_candidates_in_any_container():
+    weight = np.random.default_rng(1).standard_normal((8, 8))
+    drawn = np.stack([np.random.default_rng(k).permutation(8) for k in range(3)])
+    expected = reference.search_permutation(weight, 2, 4, candidates=drawn, include_identity=True)
+    for candidates in (drawn, drawn.tolist(), torch.from_numpy(drawn).to(torch.int32)):
+        got = bimask.search_permutation(
+            torch.from_numpy(weight), 2, 4, candidates=candidates, include_identity=True
+        )
+        np.testing.assert_array_equal(got.candidates, expected.candidates)
+        np.testing.assert_array_equal(got.candidate_scores, expected.candidate_scores)
+    with pytest.raises(ValueError, match=r"rank='largest' must be one of"):
+        bimask.backward_mask(
+            torch.from_numpy(weight), torch.ones(8, 8), torch.arange(8), 2, 4, rank="largest"
+        )
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_bimask_layers_follow_the_per_gemm_contract(dtype):
     report = run_suite("bimask training step", dtype, "cpu")

@@ -330,3 +330,14 @@ def test_weight_masks_equal_nmref_for_every_layout(layout, method):
             torch.from_numpy(weight), m // 2, m, layout=layout, method=method
         )
         np.testing.assert_array_equal(got.numpy(), expected)
+
+
+def test_accepts_exactly_the_torch_mask_dtypes():
+    """The transposable path accepts the same dtypes as nmsim.torch.masks (one shared set)."""
+    from nmsim.torch.masks import SUPPORTED_DTYPES
+
+    for dtype in SUPPORTED_DTYPES:
+        mask = tt.transposable_mask(torch.ones(4, 4, dtype=dtype), 2, 4)
+        assert int(mask.sum()) == 8
+    with pytest.raises(TypeError, match="scores must be bool, integer or float"):
+        tt.transposable_mask(torch.ones(4, 4, dtype=torch.complex64), 2, 4)

@@ -12,7 +12,16 @@ from __future__ import annotations
 
 import torch
 
-from nmref.bame import BlockScores
+from nmref.bame import (
+    BlockScores,
+    _check_candidate_blocks,
+    _check_choice,
+    _check_mask_form,
+    _check_operand_shapes,
+    _check_selection,
+    _check_utility_settings,
+    _raise_candidate_grad,
+)
 from nmref.patterns import check_pattern
 
 from .masks import is_nm, nm_mask
@@ -32,8 +41,10 @@ def keep_utility(
     """Per-position keep utility ``u`` in float64 (twin of :func:`nmref.bame.keep_utility`).
 
     kept: ``(c/2 · w·w − g·w) + η·g·g``; pruned: ``(−(g·v) − c/2 · v·v) + η·g·g`` with ``v``
-    = 0 (``regrow_init="zero"``) or the stale ``w``. Complexity O(size).
+    = 0 (``regrow_init="zero"``) or the stale ``w``. Same validation of the settings.
+    Complexity O(size).
     """
+    _check_utility_settings(regrow_init, lookahead_step, curvature)
     w = weight.to(torch.float64)
     g = grad.to(torch.float64)
     half_c = 0.5 * float(curvature)
@@ -80,33 +91,26 @@ def block_scores(
     candidate blocks. Complexity O(rows * reduction) (plus :func:`nm_mask` for ``reselect``).
     """
     pattern = check_pattern(n, m)
-    if mask.dtype != torch.bool or mask.dim() != 2 or mask.shape[1] % m:
-        raise ValueError("mask must be a 2-D bool [rows, reduction] matrix, reduction % m == 0")
+    mask_shape = tuple(mask.shape)
+    _check_mask_form("mask", mask.dtype == torch.bool, mask.dtype, mask_shape, m)
     for name, tensor in (("weight", weight), ("grad", grad)):
         if not tensor.is_floating_point():
             raise TypeError(f"{name} must be a float tensor, got dtype={tensor.dtype}")
-        if tensor.shape != mask.shape:
-            raise ValueError(f"{name}.shape={tuple(tensor.shape)} must equal mask.shape")
+    _check_operand_shapes(mask_shape, weight=tuple(weight.shape), grad=tuple(grad.shape))
     if not is_nm(mask, n, m):
         raise ValueError(f"mask must keep exactly n={n} in every block of m={m}")
     if not bool(torch.isfinite(weight).all()):
         raise ValueError("weight must be finite (NaN/inf weights have no loss estimate)")
-    if swap_rule not in ("single_swap", "reselect"):
-        raise ValueError(f"swap_rule={swap_rule!r} must be 'single_swap' or 'reselect'")
-    if regrow_init not in ("zero", "stale"):
-        raise ValueError(f"regrow_init={regrow_init!r} must be 'zero' or 'stale'")
+    _check_candidate_blocks(
+        candidates.dtype == torch.bool, candidates.dtype, tuple(candidates.shape), mask_shape, m
+    )
+    _check_choice("swap_rule", swap_rule)
+    _check_choice("regrow_init", regrow_init)
     rows, groups = mask.shape[0], mask.shape[1] // m
-    if candidates.dtype != torch.bool or tuple(candidates.shape) != (rows, groups):
-        raise ValueError(f"candidates must be a bool tensor of block shape {(rows, groups)}")
     expanded = candidates.repeat_interleave(m, dim=1)
     bad = expanded & ~torch.isfinite(grad)
     if bool(bad.any()):
-        row, column = (int(i) for i in bad.nonzero()[0])
-        raise ValueError(
-            f"grad is not finite at ({row}, {column}), a position of candidate block "
-            f"({row}, {column // m}); the scores need the gradient at every position of "
-            "every candidate block (spec 3.6)"
-        )
+        _raise_candidate_grad(*(int(i) for i in bad.nonzero()[0]), m)
     safe_grad = torch.where(expanded, grad.to(torch.float64), 0.0)
     utility = keep_utility(
         weight,
@@ -147,10 +151,7 @@ def block_scores(
 def select_blocks(scores: torch.Tensor, candidates: torch.Tensor, budget: int) -> torch.Tensor:
     """The ``budget`` best candidate blocks with a positive score, ordered by
     ``(-score, row, group)`` (twin of :func:`nmref.bame.select_blocks`)."""
-    if scores.shape != candidates.shape:
-        raise ValueError("scores and candidates must have the same shape")
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
-        raise ValueError(f"budget={budget!r} must be a non-negative integer")
+    _check_selection(tuple(scores.shape), tuple(candidates.shape), budget)
     flat_scores = scores.to(torch.float64).reshape(-1)
     flat_candidates = candidates.reshape(-1)
     if bool(torch.isnan(flat_scores[flat_candidates]).any()):
@@ -191,11 +192,7 @@ def evolve_mask(
 
     from nmref import bame as reference
 
-    if not reference.is_update_step(step, config):
-        raise ValueError(
-            f"step={step} is not an update step of t_i={config.t_i}, t_f={config.t_f}, "
-            f"update_interval={config.update_interval}"
-        )
+    reference._check_update_step(step, config)
     n, m = config.n, config.m
     device = weight.device
     lookahead = reference._resolve_lookahead(config, learning_rate)

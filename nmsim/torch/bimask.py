@@ -13,12 +13,16 @@ grouping across columns (``straddle=True`` in nmref) is not provided here.
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 import torch
 
-from nmref.bimask import _CRITERIA, _RANKS, PermutationSearch, _check_backward_groups
+from nmref.bimask import (
+    PermutationSearch,
+    _check_backward_groups,
+    _check_criterion,
+    _check_rank,
+    _evaluated_permutations,
+)
 from nmref.layouts import Layout, default_layout
 from nmref.patterns import check_pattern
 
@@ -90,8 +94,7 @@ def backward_mask(
     O(size * m), all tensor operations.
     """
     pattern = check_pattern(n, m)
-    if rank not in _RANKS:
-        raise ValueError(f"rank={rank!r} must be one of {_RANKS}")
+    _check_rank(rank)
     weight = _as_weight(weight)
     shape = tuple(weight.shape)
     resolved = default_layout(len(shape)) if layout is None else layout
@@ -132,8 +135,7 @@ def score_permutations(
     most 64 MiB of gathered survivors.
     """
     pattern = check_pattern(n, m)
-    if criterion not in _CRITERIA:
-        raise ValueError(f"criterion={criterion!r} must be one of {_CRITERIA}")
+    _check_criterion(criterion)
     mask = torch.as_tensor(forward_mask)
     if mask.dim() < 2:
         raise ValueError(f"forward_mask must have ndim >= 2, got {mask.dim()}")
@@ -189,34 +191,16 @@ def search_permutation(
     ``rng`` state gives the same result on every device. Returns nmref's
     :class:`~nmref.bimask.PermutationSearch` (NumPy arrays).
     """
-    from nmref.bimask import _as_generator
-
     check_pattern(n, m)
-    if criterion not in _CRITERIA:
-        raise ValueError(f"criterion={criterion!r} must be one of {_CRITERIA}")
+    _check_criterion(criterion)
     weight = _as_weight(weight)
-    out_channels = weight.shape[0]
-    if isinstance(candidates, numbers.Integral) and not isinstance(candidates, bool):
-        count = int(candidates)
-        if count < 0:
-            raise ValueError(f"candidates={count} must be >= 0")
-        generator = _as_generator(rng)
-        drawn = np.empty((count, out_channels), dtype=np.intp)
-        for k in range(count):
-            drawn[k] = generator.permutation(out_channels)
-    else:
-        drawn = np.asarray(torch.as_tensor(candidates).cpu())
-        if drawn.ndim != 2 or drawn.shape[1] != out_channels:
-            raise ValueError(
-                f"candidates must be an int or an array of shape (K, {out_channels}), "
-                f"got shape {drawn.shape}"
-            )
-    evaluated = drawn.astype(np.intp)
-    if include_identity:
-        identity = np.arange(out_channels, dtype=np.intp)[None, :]
-        evaluated = np.concatenate([identity, evaluated])
-    if len(evaluated) == 0:
-        raise ValueError("no candidate to evaluate: candidates=0 and include_identity=False")
+    if isinstance(candidates, torch.Tensor):
+        candidates = candidates.cpu()
+        if candidates.dtype == torch.bfloat16:  # no NumPy twin; still refused as not integer
+            candidates = candidates.float()
+        candidates = candidates.numpy()
+    evaluated = _evaluated_permutations(candidates, weight.shape[0], rng, include_identity)
+
     from .masks import magnitude_mask
 
     forward = magnitude_mask(weight, n, m, layout=layout)

@@ -36,7 +36,7 @@ import torch
 
 from nmref.patterns import check_pattern
 
-from .masks import _check_no_nan
+from .masks import SUPPORTED_DTYPES, _check_no_nan
 
 __all__ = [
     "BRUTE_MAX_M",
@@ -50,18 +50,6 @@ INF = float("inf")
 # Tile entries per chunk of the flow solver (about 16 float64 temporaries of this size).
 _FLOW_CHUNK_ENTRIES = 1 << 26
 METHODS = ("exact", "brute", "greedy", "greedy-prune")
-_SUPPORTED = (
-    torch.bool,
-    torch.uint8,
-    torch.int8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-    torch.float16,
-    torch.bfloat16,
-    torch.float32,
-    torch.float64,
-)
 
 
 @functools.lru_cache(maxsize=16)
@@ -93,7 +81,7 @@ def transposable_patterns(n: int, m: int) -> torch.Tensor:
 
 def _check_scores(scores: torch.Tensor, m: int, name: str = "scores") -> torch.Tensor:
     tensor = scores if isinstance(scores, torch.Tensor) else torch.as_tensor(scores)
-    if tensor.dtype not in _SUPPORTED:
+    if tensor.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"{name} must be bool, integer or float, got dtype={tensor.dtype}")
     if tensor.dim() != 2:
         raise ValueError(f"{name} must be a 2-D matrix, got shape {tuple(tensor.shape)}")
