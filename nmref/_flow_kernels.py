@@ -264,9 +264,8 @@ def _ssp_core(
             w_t[j * m + i] = w[i * m + j]
     # --- duals first: u[i] = the n-th largest of row i (v = 0), one exact
     # block-coordinate step of the dual. The primal start below then keeps,
-    # per column, the n largest of w - u; this cuts the deficit left for
-    # the Dijkstras on random data (measured: 2.7 -> 1.8 at 4:8, 7.6 -> 4.6
-    # at 8:16) for the price of one more selection per row.
+    # per column, the n largest of w - u; on random data this leaves fewer
+    # units for the Dijkstras, for the price of one more selection per row.
     for i in range(m):
         row = i * m
         for j in range(m):
@@ -482,7 +481,8 @@ def _ssp_tile(
     """:func:`_ssp_core` with ``m`` a compile-time constant for m = 8.
 
     With a constant bound LLVM unrolls and vectorises the length-8 loops
-    (measured: 4:8 about 1.1x faster); a constant 16 made 8:16 slower.
+    (4:8 was about 1.1x faster in a profiling run; a constant 16 made 8:16
+    slower).
     """
     if m == 8:
         return _ssp_core(
