@@ -457,6 +457,23 @@ def test_greedy_fast_equals_reference(case):
         )
 
 
+@pytest.mark.parametrize(("n", "m"), [(2, 4), (3, 8), (4, 8), (8, 16), (5, 16)])
+def test_greedy_kernel_orders_equal_the_reference_on_both_sides_of_64_entries(n, m):
+    # Tiles of <= 64 entries are ordered by counting ranks, larger ones by a stable sort.
+    rng = np.random.default_rng(m + n)
+    for scores in (
+        rng.standard_normal((2 * m, 2 * m)).astype(np.float32),
+        rng.integers(-2, 3, (2 * m, 2 * m)).astype(np.float64),
+        np.where(rng.random((m, 2 * m)) < 0.5, 0.0, -0.0),
+        rng.integers(-3, 3, (m, m), dtype=np.int64) * 2**60,
+    ):
+        for method in ("greedy", "greedy-prune"):
+            np.testing.assert_array_equal(
+                transposable_mask(scores, n, m, method=method),
+                transposable_mask_reference(scores, n, m, method=method),
+            )
+
+
 @pytest.mark.parametrize(("n", "m"), [(2, 4), (4, 8), (1, 4), (8, 16)])
 def test_greedy_bounds(n, m):
     rng = np.random.default_rng(m + n)
