@@ -228,8 +228,8 @@ def _nth_largest(key, m, n):  # pragma: no cover
     return nth if n > 0 else top
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _ssp_core(
+@numba.njit(cache=True, nogil=True)
+def _ssp_tile(
     w,
     m,
     n,
@@ -470,64 +470,6 @@ def _ssp_core(
         if abs(potential[v]) > POTENTIAL_LIMIT:
             return False
     return True
-
-
-@numba.njit(cache=True, nogil=True)
-def _ssp_tile(
-    w,
-    m,
-    n,
-    kept,
-    potential,
-    distance,
-    parent,
-    settled,
-    reached,
-    row_kept,
-    column_kept,
-    key,
-    w_t,
-    kept_t,
-):  # pragma: no cover
-    """:func:`_ssp_core` with ``m`` a compile-time constant for m = 8.
-
-    With a constant bound LLVM unrolls and vectorises the length-8 loops
-    (4:8 was about 1.1x faster in a profiling run; a constant 16 made 8:16
-    slower).
-    """
-    if m == 8:
-        return _ssp_core(
-            w,
-            8,
-            n,
-            kept,
-            potential,
-            distance,
-            parent,
-            settled,
-            reached,
-            row_kept,
-            column_kept,
-            key,
-            w_t,
-            kept_t,
-        )
-    return _ssp_core(
-        w,
-        m,
-        n,
-        kept,
-        potential,
-        distance,
-        parent,
-        settled,
-        reached,
-        row_kept,
-        column_kept,
-        key,
-        w_t,
-        kept_t,
-    )
 
 
 @numba.njit(cache=True, nogil=True)
