@@ -854,6 +854,34 @@ def exact_tiles_parallel(
 ENUMERATION_BLOCK = 64
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _start_with_pattern_zero(row_sums, patterns, m, block, best_sum, best):  # pragma: no cover
+    """Make pattern 0 the running best of each of ``block`` tiles."""
+    for b in range(block):
+        best[b] = 0
+        best_sum[b] = 0
+        for i in range(m):
+            best_sum[b] += row_sums[i, patterns[0, i], b]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _scan_patterns(row_sums, patterns, m, block, first, total, best_sum, best):  # pragma: no cover
+    """Patterns ``first..`` against the running best; strictly greater replaces,
+    so the earliest maximal pattern (canonical order) stays."""
+    for p in range(first, patterns.shape[0]):
+        row = row_sums[0, patterns[p, 0]]
+        for b in range(block):
+            total[b] = row[b]
+        for i in range(1, m):
+            row = row_sums[i, patterns[p, i]]
+            for b in range(block):
+                total[b] += row[b]
+        for b in range(block):
+            better = total[b] > best_sum[b]
+            best_sum[b] = total[b] if better else best_sum[b]
+            best[b] = p if better else best[b]
+
+
 @numba.njit(cache=True, nogil=True)
 def _enumerate_range(
     bits,
@@ -882,7 +910,6 @@ def _enumerate_range(
     """
     tiles_across = bits.shape[1] // m
     choice_count = choice_columns.shape[0]
-    pattern_count = patterns.shape[0]
     block = ENUMERATION_BLOCK
     units = np.empty(m * m, np.int64)
     significand = np.empty(m * m, np.int64)
@@ -914,23 +941,8 @@ def _enumerate_range(
                     for k in range(n):
                         s += units[i * m + choice_columns[c, k]]
                     row_sums[i, c, b] = s
-        for b in range(block):
-            best_sum[b] = 0
-            best[b] = 0
-            for i in range(m):
-                best_sum[b] += row_sums[i, patterns[0, i], b]
-        for p in range(1, pattern_count):
-            first_row = row_sums[0, patterns[p, 0]]
-            for b in range(block):
-                total[b] = first_row[b]
-            for i in range(1, m):
-                row = row_sums[i, patterns[p, i]]
-                for b in range(block):
-                    total[b] += row[b]
-            for b in range(block):
-                better = total[b] > best_sum[b]
-                best_sum[b] = total[b] if better else best_sum[b]
-                best[b] = p if better else best[b]
+        _start_with_pattern_zero(row_sums, patterns, m, block, best_sum, best)
+        _scan_patterns(row_sums, patterns, m, block, 1, total, best_sum, best)
         for b in range(count):
             t = start + b
             r0 = (t // tiles_across) * m
@@ -1065,11 +1077,7 @@ def _enumerate_float32_range(
                     source = values[i * m + choice_columns[c, k]]
                     for b in range(block):
                         target[b] += source[b]
-        for b in range(block):
-            best[b] = 0
-            best_sum[b] = 0.0
-            for i in range(m):
-                best_sum[b] += row_sums[i, patterns[0, i], b]
+        _start_with_pattern_zero(row_sums, patterns, m, block, best_sum, best)
         # Strictly greater replaces, so the earliest maximal pattern stays.
         if m == 4:
             for p in range(1, pattern_count):
@@ -1083,18 +1091,7 @@ def _enumerate_float32_range(
                     best_sum[b] = pattern_sum if better else best_sum[b]
                     best[b] = p if better else best[b]
         else:
-            for p in range(1, pattern_count):
-                row = row_sums[0, patterns[p, 0]]
-                for b in range(block):
-                    total[b] = row[b]
-                for i in range(1, m):
-                    row = row_sums[i, patterns[p, i]]
-                    for b in range(block):
-                        total[b] += row[b]
-                for b in range(block):
-                    better = total[b] > best_sum[b]
-                    best_sum[b] = total[b] if better else best_sum[b]
-                    best[b] = p if better else best[b]
+            _scan_patterns(row_sums, patterns, m, block, 1, total, best_sum, best)
         for b in range(count):
             t = start + b
             c0 = first_column + b * m
