@@ -260,10 +260,11 @@ def _ssp_tile(
     units on random data, needs a Dijkstra. The source and sink potentials are
     reset before every Dijkstra (arcs into the source and out of the sink never
     lie on a shortest source-sink path), so the only invariant to keep is
-    non-negative reduced cost on row/column arcs. Selections count ranks
-    (branch-free) and the relaxations use selects, because mispredicted
-    branches dominated the insertion sorts and scans on random data. ``w_t`` and
-    ``kept_t`` are column-major copies kept in step with ``w`` and ``kept``.
+    non-negative reduced cost on row/column arcs. Selections count ranks and
+    the relaxations use arithmetic (min, max, multiply) instead of branches,
+    because mispredicted branches dominated the insertion sorts and scans on
+    random data. ``w_t`` and ``kept_t`` are column-major copies kept in step
+    with ``w`` and ``kept``.
     """
     sink = 2 * m + 1
     nodes = 2 * m + 2
