@@ -697,7 +697,7 @@ def _exact_range(
     tight = np.empty(m * m, np.bool_)
     potential = np.empty(nodes, np.int64)
     distance = np.empty(nodes, np.int64)
-    parent = np.empty(nodes, np.int64)
+    parent = np.zeros(nodes, np.int64)  # small ints only: the relaxations do arithmetic on it
     settled = np.empty(nodes, np.bool_)
     reached = np.empty(nodes, np.int64)
     queue = np.empty(2 * m, np.int64)
