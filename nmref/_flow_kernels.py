@@ -300,6 +300,7 @@ def _ssp_tile(
             nth = x if place == n - 1 else nth
             top = max(top, x)
         column_kept[j] = n
+        # v[j] between the n-th and (n+1)-th largest: kept w - u >= v >= dropped.
         potential[m + 1 + j] = -nth if n > 0 else -top
     # --- then every over-full row keeps its n best by w - v -----------------
     for i in range(m):
@@ -324,7 +325,10 @@ def _ssp_tile(
     flow = 0
     for i in range(m):
         flow += row_kept[i]
-    # --- direct moves (length-one augmenting paths, no Dijkstra) -------------
+    # --- direct moves: a deficit column takes its best dropped entry when that
+    # entry's row has room (lowering v keeps complementary slackness); then the
+    # same for deficit rows. These are the length-one augmenting paths, found
+    # without a Dijkstra.
     for j in range(m):
         column = j * m
         while column_kept[j] < n:
@@ -366,11 +370,15 @@ def _ssp_tile(
     # --- successive shortest paths for the rest ------------------------------
     unreached = np.int64(1) << np.int64(62)  # above every distance (max_unit_bits)
     while flow < n * m:
+        # Overflow guard: with |potential| <= 2**58 and |w| < 2**54 every
+        # distance and candidate of this Dijkstra stays below 2**62. Should a
+        # tile ever exceed it, give it back (the caller solves it in Python).
         over = False
         for v in range(1, 2 * m + 1):
             over |= abs(potential[v]) > POTENTIAL_LIMIT
         if over:
             return False
+        # Source/sink potentials that make their arcs' reduced costs >= 0.
         source_potential = -unreached
         for i in range(m):
             p = potential[1 + i]
@@ -380,6 +388,9 @@ def _ssp_tile(
             p = potential[m + 1 + j]
             sink_potential = p if (column_kept[j] < n and p < sink_potential) else sink_potential
         potential[sink] = sink_potential
+        # ``reached`` holds tentative distances of unsettled nodes (unreached
+        # and settled ones sit at ``unreached``), so picking the next node is a
+        # plain minimum scan.
         for v in range(nodes):
             settled[v] = False
             reached[v] = unreached
@@ -883,6 +894,17 @@ def _scan_patterns(row_sums, patterns, m, block, first, total, best_sum, best): 
             best[b] = p if better else best[b]
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _unit_row_sums(units, m, n, choice_columns, row_sums, b):  # pragma: no cover
+    """``row_sums[i, c, b]``: the kept sum of row ``i`` of a tile under row choice ``c``."""
+    for i in range(m):
+        for c in range(choice_columns.shape[0]):
+            s = np.int64(0)
+            for k in range(n):
+                s += units[i * m + choice_columns[c, k]]
+            row_sums[i, c, b] = s
+
+
 @numba.njit(cache=True, nogil=True)
 def _enumerate_range(
     bits,
@@ -936,61 +958,61 @@ def _enumerate_range(
             )
             status[t] = code
             exponents[t] = exponent
-            for i in range(m):
-                for c in range(choice_count):
-                    s = np.int64(0)
-                    for k in range(n):
-                        s += units[i * m + choice_columns[c, k]]
-                    row_sums[i, c, b] = s
+            _unit_row_sums(units, m, n, choice_columns, row_sums, b)
         _start_with_pattern_zero(row_sums, patterns, m, block, best_sum, best)
         _scan_patterns(row_sums, patterns, m, block, 1, total, best_sum, best)
         for b in range(count):
             t = start + b
             r0 = (t // tiles_across) * m
             c0 = (t % tiles_across) * m
-            for i in range(m):
-                for j in range(m):
-                    mask[r0 + i, c0 + j] = False
-                for k in range(n):
-                    mask[r0 + i, c0 + choice_columns[patterns[best[b], i], k]] = True
+            _write_pattern(mask, r0, c0, m, n, choice_columns, patterns, best[b])
             kept_units[t] = best_sum[b]
 
 
-def float64_exact_binades(m: int) -> int:
+@numba.njit(cache=True, nogil=True)
+def float64_exact_binades(m):  # pragma: no cover
     """Widest float32 tile summed exactly in float64, in binades.
 
     A tile whose largest and smallest nonzero magnitudes have exponent fields
     at most this far apart holds multiples of its smallest value's lowest bit
     below ``2**(binades + 24)`` of them; a sum of up to ``m*m`` such values stays
-    below ``2**53`` of them, so float64 adds it exactly.
+    below ``2**53`` of them (``carry_bits = max(1, ceil(log2(m*m)))``), so
+    float64 adds it exactly.
     """
-    return 53 - 24 - max(1, (m * m - 1).bit_length())
+    carry_bits = 1
+    while (1 << carry_bits) < m * m:
+        carry_bits += 1
+    return 53 - 24 - carry_bits
 
 
 @numba.njit(cache=True, nogil=True)
 def _enumerate_tile_units(
-    bits, r0, c0, m, n, max_bits, choice_columns, patterns, significand, scale, units, row_sums
+    bits, r0, c0, m, n, max_bits, choice_columns, patterns, significand, scale, units, scratch
 ):  # pragma: no cover
-    """One tile of the enumeration on exact int64 units: ``(status, exponent, best, sum)``."""
+    """One tile of the enumeration on exact int64 units: ``(status, exponent, best, sum)``.
+
+    ``scratch`` is a :func:`_one_tile_scratch`: a block of one tile for the
+    same row sums and pattern scan as :func:`_enumerate_range`.
+    """
+    row_sums, total, best_sum, best = scratch
     code, exponent = _load_tile(bits, r0, c0, m, 23, max_bits, significand, scale, units)
     if code != SOLVED:
         return code, exponent, 0, np.int64(0)
-    for i in range(m):
-        for c in range(choice_columns.shape[0]):
-            s = np.int64(0)
-            for k in range(n):
-                s += units[i * m + choice_columns[c, k]]
-            row_sums[i, c] = s
-    best = 0
-    best_sum = np.int64(0)
-    for p in range(patterns.shape[0]):
-        s = np.int64(0)
-        for i in range(m):
-            s += row_sums[i, patterns[p, i]]
-        if p == 0 or s > best_sum:  # strictly greater: the first maximum stays
-            best = p
-            best_sum = s
-    return code, exponent, best, best_sum
+    _unit_row_sums(units, m, n, choice_columns, row_sums, 0)
+    _start_with_pattern_zero(row_sums, patterns, m, 1, best_sum, best)
+    _scan_patterns(row_sums, patterns, m, 1, 1, total, best_sum, best)
+    return code, exponent, best[0], best_sum[0]
+
+
+@numba.njit(cache=True, nogil=True)
+def _one_tile_scratch(m, choice_count):  # pragma: no cover
+    """Buffers of :func:`_enumerate_tile_units`: row sums, total, best sum, best."""
+    return (
+        np.zeros((m, choice_count, 1), np.int64),
+        np.empty(1, np.int64),
+        np.empty(1, np.int64),
+        np.empty(1, np.int64),
+    )
 
 
 @numba.njit(cache=True, nogil=True)
@@ -1026,10 +1048,7 @@ def _enumerate_float32_range(
     choice_count = choice_columns.shape[0]
     pattern_count = patterns.shape[0]
     block = ENUMERATION_BLOCK
-    carry_bits = 1
-    while (1 << carry_bits) < m * m:
-        carry_bits += 1
-    exact_binades = 53 - 24 - carry_bits  # float64_exact_binades(m)
+    exact_binades = float64_exact_binades(m)
     no_magnitude = np.uint32(0xFFFFFFFF)
     values = np.zeros((m * m, block), np.float64)
     magnitudes = np.empty((m * m, block), np.uint32)
@@ -1042,7 +1061,7 @@ def _enumerate_float32_range(
     units = np.empty(m * m, np.int64)
     significand = np.empty(m * m, np.int64)
     scale = np.empty(m * m, np.int64)
-    unit_row_sums = np.empty((m, choice_count), np.int64)
+    unit_scratch = _one_tile_scratch(m, choice_count)
     start = first
     while start < last:
         tile_row = start // tiles_across
@@ -1106,7 +1125,7 @@ def _enumerate_float32_range(
             elif high_field == 255 or low_field == 0 or high_field - low_field > exact_binades:
                 code, exponent, p, units_sum = _enumerate_tile_units(
                     bits, r0, c0, m, n, max_bits, choice_columns, patterns,
-                    significand, scale, units, unit_row_sums,
+                    significand, scale, units, unit_scratch,
                 )  # fmt: skip
                 status[t] = code
                 exponents[t] = exponent
@@ -1287,12 +1306,7 @@ def greedy_tiles(values, n, m, prune_form, mask):  # pragma: no cover
             for k in range(size):
                 keys[k] = values[r0 + k // m, c0 + k % m]
             for k in range(size):
-                x = keys[k]
-                rank = 0
-                for other in range(size):
-                    y = keys[other]
-                    rank += (y > x) | ((y == x) & (other < k))
-                order[rank] = k
+                order[_rank(keys, size, k)] = k
         else:
             # keys[size-1-k] = score of flat entry k: an ascending stable sort
             # then lists equal scores with the higher flat index first, so

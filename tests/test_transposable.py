@@ -199,6 +199,7 @@ def test_float32_enumeration_equals_the_int64_units_on_wide_and_odd_tiles(n, m):
     zeros = rng.random(shape) < 0.2
     # Full 24-bit significands two exponents apart: at the float64 limit and one binade past.
     limit = float64_exact_binades(m)
+    assert limit == {1: 28, 2: 27, 3: 25, 4: 25}[m]  # spec T5: 29 - max(1, ceil(log2(m*m)))
     significands = rng.integers(2**23, 2**24, shape).astype(np.float64)
     spread = rng.choice([0, limit, limit + 1], shape, p=[0.86, 0.07, 0.07])
     edge = (significands * np.exp2(-spread.astype(np.float64))).astype(np.float32)
