@@ -39,6 +39,8 @@ SOLVED_TRUNCATED = 3
 POTENTIAL_LIMIT = np.int64(1) << np.int64(58)
 # Below every key of the start's selections (|w| < 2**54, |u|, |v| < 2**55 there).
 BELOW_ALL = -(np.int64(1) << np.int64(62))
+# Tiles whose start is computed together, one per vector lane (_start_lanes).
+START_LANES = 32
 
 
 def max_unit_bits(m: int) -> int:
@@ -202,30 +204,254 @@ def _load_tile(
 # ----------------------------------------------------------------------------
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _rank(key, m, i):  # pragma: no cover
-    """Place of ``key[i]`` in ``key[:m]`` sorted descending, lower index first.
+@numba.njit(cache=True, nogil=True)
+def _load_lanes(
+    bits,
+    fraction_bits,
+    m,
+    max_bits,
+    r0s,
+    c0s,
+    block_size,
+    lanes,
+    words,
+    significand,
+    scale,
+    lowest,
+    highest,
+    not_finite,
+    w_lanes,
+):  # pragma: no cover
+    """:func:`_load_tile` for a block of tiles at once, one tile per vector lane.
 
-    Counting (O(m), branch-free, a reduction LLVM vectorises) instead of
-    sorting: the insertion sorts it replaced mispredicted on random data.
+    ``w_lanes[(i * m + j) * lanes + t]`` gets entry ``(i, j)`` of the tile at
+    ``(r0s[t], c0s[t])`` in units, for every lane whose tile fits int64 units
+    (0 elsewhere). Per lane, ``lowest`` and ``highest`` are the bounds
+    :func:`_load_tile` computes (``highest < lowest``: all zero) and
+    ``not_finite`` flags NaN or infinity, so the caller decides each tile's
+    status exactly as :func:`_load_tile` would. Lanes from ``block_size`` on
+    hold an all-zero tile. Branch-free, so the loops over lanes vectorise.
     """
-    x = key[i]
-    place = np.int64(0)
-    for a in range(m):
-        y = key[a]
-        place += np.int64(y > x) + np.int64(y == x) * np.int64(a < i)
-    return place
+    strip_zeros = fraction_bits > 23
+    exponent_mask = (1 << (8 if fraction_bits == 23 else 11)) - 1
+    bias = exponent_mask // 2 + fraction_bits
+    fraction_mask = (np.uint64(1) << np.uint64(fraction_bits)) - np.uint64(1)
+    sign_shift = np.uint64(8 * (4 if fraction_bits == 23 else 8) - 1)
+    implicit = np.uint64(1) << np.uint64(fraction_bits)
+    for b in range(block_size):
+        r0 = r0s[b]
+        c0 = c0s[b]
+        for i in range(m):
+            for j in range(m):
+                words[(i * m + j) * lanes + b] = np.uint64(bits[r0 + i, c0 + j])
+    for b in range(block_size, lanes):
+        for k in range(m * m):
+            words[k * lanes + b] = 0
+    for t in range(lanes):
+        lowest[t] = 1 << 30
+        highest[t] = -(1 << 30)
+        not_finite[t] = 0
+    for k in range(m * m):
+        word_k = words[k * lanes : (k + 1) * lanes]
+        significand_k = significand[k * lanes : (k + 1) * lanes]
+        scale_k = scale[k * lanes : (k + 1) * lanes]
+        for t in range(lanes):
+            word = word_k[t]
+            exponent_field = np.int64(word >> np.uint64(fraction_bits)) & exponent_mask
+            not_finite[t] |= np.int64(exponent_field == exponent_mask)
+            normal = np.uint64(exponent_field != 0)
+            whole = (word & fraction_mask) | (normal * implicit)
+            value_scale = max(exponent_field, 1) - bias
+            top = value_scale + fraction_bits
+            if strip_zeros:
+                # Trailing zeros by binary search, without branches.
+                for step in (32, 16, 8, 4, 2, 1):
+                    low_zero = np.uint64(
+                        (whole & ((np.uint64(1) << np.uint64(step)) - np.uint64(1))) == 0
+                    )
+                    whole >>= low_zero * np.uint64(step)
+                    value_scale += np.int64(low_zero) * step
+            nonzero = whole != 0
+            lowest[t] = min(lowest[t], value_scale if nonzero else 1 << 30)
+            highest[t] = max(highest[t], top if nonzero else -(1 << 30))
+            negative = np.int64(word >> sign_shift)
+            magnitude = np.int64(whole)
+            significand_k[t] = (magnitude ^ -negative) + negative
+            scale_k[t] = value_scale
+    for k in range(m * m):
+        significand_k = significand[k * lanes : (k + 1) * lanes]
+        scale_k = scale[k * lanes : (k + 1) * lanes]
+        w_k = w_lanes[k * lanes : (k + 1) * lanes]
+        for t in range(lanes):
+            fits = np.int64(highest[t] - lowest[t] + 1 <= max_bits) * (1 - not_finite[t])
+            # Clamped so that zeros and unused lanes never shift out of range.
+            shift = min(max(scale_k[t] - lowest[t], 0), 63)
+            w_k[t] = (significand_k[t] << shift) * fits
+
+
+@numba.njit(cache=True, nogil=True)
+def _selection_network(size, wire):  # pragma: no cover
+    """Comparators of Batcher's odd-even merge sort on ``size`` wires (a power
+    of two) that decide output ``wire``, in order, as rows ``(a, b)``, a < b.
+
+    Sorting descending (the larger value goes to ``a``), output ``wire`` then
+    holds the ``wire``-th largest input (0 = the largest). Comparators that
+    cannot reach ``wire`` are left out (a backward pass over the network).
+    """
+    pairs = np.empty((max(1, size * size), 2), np.int64)
+    count = 0
+    p = 1
+    while p < size:
+        k = p
+        while k >= 1:
+            for j in range(k % p, size - k, 2 * k):
+                for i in range(min(k, size - j - k)):
+                    if (i + j) // (2 * p) == (i + j + k) // (2 * p):
+                        pairs[count, 0] = i + j
+                        pairs[count, 1] = i + j + k
+                        count += 1
+            k //= 2
+        p *= 2
+    needed = np.zeros(size, np.bool_)
+    needed[wire] = True
+    used = np.zeros(count, np.bool_)
+    for c in range(count - 1, -1, -1):
+        a = pairs[c, 0]
+        b = pairs[c, 1]
+        if needed[a] or needed[b]:
+            used[c] = True
+            needed[a] = True
+            needed[b] = True
+    return pairs[:count][used]
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _nth_largest(key, m, n):  # pragma: no cover
-    """The n-th largest of ``key[:m]`` (the largest when n == 0)."""
-    nth = key[0]
-    top = key[0]
+def _select_lanes(sort, network, lanes):  # pragma: no cover
+    """Run ``network`` on the wires ``sort[w * lanes : (w + 1) * lanes]``, all lanes at once."""
+    for c in range(network.shape[0]):
+        a = network[c, 0] * lanes
+        b = network[c, 1] * lanes
+        high = sort[a : a + lanes]
+        low = sort[b : b + lanes]
+        for t in range(lanes):
+            x = high[t]
+            y = low[t]
+            high[t] = max(x, y)
+            low[t] = min(x, y)
+
+
+@numba.njit(cache=True, nogil=True)
+def _start_lanes(
+    w_lanes,
+    m,
+    n,
+    lanes,
+    network,
+    sort,
+    key_lanes,
+    kept_lanes,
+    row_potential,
+    column_potential,
+    count,
+):  # pragma: no cover
+    """The start of :func:`_ssp_tile` for a block of tiles, one tile per lane.
+
+    ``w_lanes[(i * m + j) * lanes + t]`` is entry ``(i, j)`` of tile ``t``.
+    Duals first: ``u[i]`` is the n-th largest of row ``i``. Then every column
+    keeps its ``n`` largest by ``w - u`` (ties: lower row) and ``v[j]`` is the
+    n-th of them; then every over-full row keeps its ``n`` best kept entries
+    by ``w - v`` (ties: lower column) and ``u[i]`` is the n-th of them. This
+    partial b-matching satisfies complementary slackness, so only its deficit
+    needs augmenting paths. Keys carry the tie-break in their low
+    ``index_bits`` bits (``(key << index_bits) | (m - 1 - index)``, all
+    distinct), so a selection network finds the n-th key and a comparison the
+    kept set. Outputs ``kept_lanes`` (0/1), ``row_potential`` (``u``) and
+    ``column_potential`` (``-v``), laid out like ``w_lanes``.
+    """
+    size = sort.shape[0] // lanes
+    wire = max(n - 1, 0)
+    index_bits = np.int64(0)
+    while (np.int64(1) << index_bits) < m:
+        index_bits += 1
+    # --- duals first: u[i] = the n-th largest of row i (the largest if n == 0)
     for i in range(m):
-        nth = key[i] if _rank(key, m, i) == n - 1 else nth
-        top = max(top, key[i])
-    return nth if n > 0 else top
+        for j in range(m):
+            source = w_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
+            target = sort[j * lanes : (j + 1) * lanes]
+            for t in range(lanes):
+                target[t] = source[t]
+        for w in range(m * lanes, size * lanes):
+            sort[w] = BELOW_ALL
+        _select_lanes(sort, network, lanes)
+        nth = sort[wire * lanes : (wire + 1) * lanes]
+        u = row_potential[i * lanes : (i + 1) * lanes]
+        for t in range(lanes):
+            u[t] = nth[t]
+    # --- every column keeps its n largest by w - u (ties: lower row) --------
+    for i in range(m):
+        u = row_potential[i * lanes : (i + 1) * lanes]
+        tie = m - 1 - i
+        for j in range(m):
+            source = w_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
+            key = key_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
+            for t in range(lanes):
+                key[t] = ((source[t] - u[t]) << index_bits) | tie
+    for j in range(m):
+        for i in range(m):
+            key = key_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
+            target = sort[i * lanes : (i + 1) * lanes]
+            for t in range(lanes):
+                target[t] = key[t]
+        for w in range(m * lanes, size * lanes):
+            sort[w] = BELOW_ALL
+        _select_lanes(sort, network, lanes)
+        nth = sort[wire * lanes : (wire + 1) * lanes]
+        v = column_potential[j * lanes : (j + 1) * lanes]
+        for t in range(lanes):
+            v[t] = -(nth[t] >> index_bits)
+        kept_any = np.int64(n > 0)
+        for i in range(m):
+            key = key_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
+            kept = kept_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
+            for t in range(lanes):
+                kept[t] = np.int64(key[t] >= nth[t]) * kept_any
+    if n == 0:
+        return
+    # --- every over-full row keeps its n best kept entries by w - v ---------
+    for i in range(m):
+        tie = np.int64(m - 1)
+        for j in range(m):
+            source = w_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
+            kept = kept_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
+            v = column_potential[j * lanes : (j + 1) * lanes]
+            key = key_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
+            target = sort[j * lanes : (j + 1) * lanes]
+            for t in range(lanes):
+                # Entries the row does not keep sort below every kept one.
+                k = ((source[t] + v[t]) << index_bits) | (tie - j)
+                k = k if kept[t] != 0 else BELOW_ALL
+                key[t] = k
+                target[t] = k
+        for w in range(m * lanes, size * lanes):
+            sort[w] = BELOW_ALL
+        _select_lanes(sort, network, lanes)
+        nth = sort[wire * lanes : (wire + 1) * lanes]
+        u = row_potential[i * lanes : (i + 1) * lanes]
+        # A row with at most n kept entries keeps them all (nth is then its
+        # last kept key or lower) and keeps its u.
+        for t in range(lanes):
+            count[t] = 0
+        for j in range(m):
+            kept = kept_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
+            for t in range(lanes):
+                count[t] += kept[t]
+        for t in range(lanes):
+            u[t] = (nth[t] >> index_bits) if count[t] > n else u[t]
+        for j in range(m):
+            kept = kept_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
+            key = key_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
+            for t in range(lanes):
+                kept[t] = kept[t] * np.int64(key[t] >= nth[t])
 
 
 @numba.njit(cache=True, nogil=True)
@@ -241,7 +467,6 @@ def _ssp_tile(
     reached,
     row_kept,
     column_kept,
-    key,
     w_t,
     kept_t,
 ):  # pragma: no cover
@@ -253,75 +478,20 @@ def _ssp_tile(
     ``kept`` (kept entries have ``w >= u + v``, dropped ones ``w <= u + v``).
 
     Differs from the teaching version only in the start: instead of an empty
-    flow it starts from a partial b-matching that already satisfies
-    complementary slackness (rows get ``u`` = their n-th largest score, each
-    column keeps its top ``n`` by ``w - u``, then each over-full row keeps its
-    top ``n`` by ``w - u - v``), so only the deficit, a few of the ``n m``
-    units on random data, needs a Dijkstra. The source and sink potentials are
-    reset before every Dijkstra (arcs into the source and out of the sink never
-    lie on a shortest source-sink path), so the only invariant to keep is
-    non-negative reduced cost on row/column arcs. Selections count ranks and
-    the relaxations use arithmetic (min, max, multiply) instead of branches,
-    because mispredicted branches dominated the insertion sorts and scans on
-    random data. ``w_t`` and ``kept_t`` are column-major copies kept in step
-    with ``w`` and ``kept``.
+    flow it starts from the partial b-matching of :func:`_start_lanes` passed
+    in ``kept``, ``potential[1 : 2 m + 1]``, ``row_kept`` and ``column_kept``,
+    which already satisfies complementary slackness, so only the deficit, a
+    few of the ``n m`` units on random data, needs augmenting paths. The
+    source and sink potentials are reset before every Dijkstra (arcs into the
+    source and out of the sink never lie on a shortest source-sink path), so
+    the only invariant to keep is non-negative reduced cost on row/column
+    arcs. The relaxations use arithmetic (min, max, multiply) instead of
+    branches, because mispredicted branches dominated the scans on random
+    data. ``w_t`` and ``kept_t`` are column-major copies kept in step with
+    ``w`` and ``kept``.
     """
     sink = 2 * m + 1
     nodes = 2 * m + 2
-    # Column-major copies keep the column loops contiguous.
-    for i in range(m):
-        for j in range(m):
-            w_t[j * m + i] = w[i * m + j]
-    # --- duals first: u[i] = the n-th largest of row i (v = 0), one exact
-    # block-coordinate step of the dual. The primal start below then keeps,
-    # per column, the n largest of w - u; on random data this leaves fewer
-    # units for the Dijkstras, for the price of one more selection per row.
-    for i in range(m):
-        row = i * m
-        for j in range(m):
-            key[j] = w[row + j]
-        potential[1 + i] = _nth_largest(key, m, n)
-    # --- start: every column keeps its n largest by w - u (ties: lower row) --
-    for i in range(m):
-        row_kept[i] = 0
-    for j in range(m):
-        column = j * m
-        for i in range(m):
-            key[i] = w_t[column + i] - potential[1 + i]
-        nth = np.int64(0)
-        top = key[0]
-        for i in range(m):
-            x = key[i]
-            place = _rank(key, m, i)
-            keep = place < n
-            kept_t[column + i] = keep
-            kept[i * m + j] = keep
-            row_kept[i] += keep
-            nth = x if place == n - 1 else nth
-            top = max(top, x)
-        column_kept[j] = n
-        # v[j] between the n-th and (n+1)-th largest: kept w - u >= v >= dropped.
-        potential[m + 1 + j] = -nth if n > 0 else -top
-    # --- then every over-full row keeps its n best by w - v -----------------
-    for i in range(m):
-        if row_kept[i] <= n:
-            continue
-        row = i * m
-        for j in range(m):
-            # Entries the row does not keep sort below every kept one.
-            key[j] = w[row + j] + potential[m + 1 + j] if kept[row + j] else BELOW_ALL
-        nth = np.int64(0)
-        for j in range(m):
-            k = kept[row + j]
-            place = _rank(key, m, j)
-            nth = key[j] if (k and place == n - 1) else nth
-            drop = k and place >= n
-            keep = k and not drop
-            kept[row + j] = keep
-            kept_t[j * m + i] = keep
-            column_kept[j] -= drop
-        row_kept[i] = n
-        potential[1 + i] = nth
     flow = 0
     for i in range(m):
         flow += row_kept[i]
@@ -696,14 +866,42 @@ def _exact_range(
 ):  # pragma: no cover
     """Solve the tiles ``tile_list[first:last]`` (row-major tile numbers) exactly.
 
-    A tile too wide for int64 units is solved on floor units and kept only if
-    :func:`_certify_truncated` proves the result exact (status
-    ``SOLVED_TRUNCATED``); otherwise it is handed back (``TOO_WIDE``).
+    Tiles go in blocks of ``START_LANES``: a block is loaded
+    (:func:`_load_lanes`) and started (:func:`_start_lanes`) all at once, one
+    tile per vector lane, because those steps are the same branch-free
+    arithmetic for every tile; then each tile is finished on its own
+    (:func:`_ssp_tile`, :func:`_canonical_tile`). A tile too wide for int64
+    units is solved on floor units and kept only if :func:`_certify_truncated`
+    proves the result exact (status ``SOLVED_TRUNCATED``); otherwise it is
+    handed back (``TOO_WIDE``).
     """
     tiles_across = bits.shape[1] // m
     nodes = 2 * m + 2
-    units = np.empty(m * m, np.int64)
-    inexact = np.zeros(m * m, np.bool_)
+    lanes = START_LANES
+    size = 1
+    while size < m:
+        size *= 2
+    network = _selection_network(size, max(n - 1, 0))
+    # Per tile of a block, in the block's tile order:
+    block_units = np.empty(lanes * m * m, np.int64)
+    block_inexact = np.zeros(lanes * m * m, np.bool_)
+    block_code = np.empty(lanes, np.int64)
+    block_r0 = np.empty(lanes, np.int64)
+    block_c0 = np.empty(lanes, np.int64)
+    # Per entry or line, across the block's tiles (lane t = tile t of the block):
+    w_lanes = np.zeros(m * m * lanes, np.int64)
+    words = np.empty(m * m * lanes, np.uint64)
+    significand_lanes = np.empty(m * m * lanes, np.int64)
+    scale_lanes = np.empty(m * m * lanes, np.int64)
+    lowest = np.empty(lanes, np.int64)
+    highest = np.empty(lanes, np.int64)
+    not_finite = np.empty(lanes, np.int64)
+    key_lanes = np.empty(m * m * lanes, np.int64)
+    kept_lanes = np.empty(m * m * lanes, np.int64)
+    sort = np.empty(size * lanes, np.int64)
+    row_start = np.empty(m * lanes, np.int64)
+    column_start = np.empty(m * lanes, np.int64)
+    lane_count = np.empty(lanes, np.int64)
     kept = np.empty(m * m, np.bool_)
     tight = np.empty(m * m, np.bool_)
     potential = np.empty(nodes, np.int64)
@@ -718,66 +916,145 @@ def _exact_range(
     scale = np.empty(m * m, np.int64)
     row_kept = np.empty(m, np.int64)
     column_kept = np.empty(m, np.int64)
-    key = np.empty(m, np.int64)
     w_t = np.empty(m * m, np.int64)
     kept_t = np.empty(m * m, np.bool_)
-    for index in range(first, last):
-        t = tile_list[index]
-        r0 = (t // tiles_across) * m
-        c0 = (t % tiles_across) * m
-        code, exponent = _load_tile(
-            bits, r0, c0, m, fraction_bits, max_bits, significand, scale, units
+    for block in range(first, last, lanes):
+        block_size = min(lanes, last - block)
+        for b in range(block_size):
+            t = tile_list[block + b]
+            block_r0[b] = (t // tiles_across) * m
+            block_c0[b] = (t % tiles_across) * m
+        _load_lanes(
+            bits,
+            fraction_bits,
+            m,
+            max_bits,
+            block_r0,
+            block_c0,
+            block_size,
+            lanes,
+            words,
+            significand_lanes,
+            scale_lanes,
+            lowest,
+            highest,
+            not_finite,
+            w_lanes,
         )
-        truncated = code == TOO_WIDE
-        if truncated:
-            exponent = _truncate_tile(significand, scale, m, max_bits, units, inexact)
-            code = SOLVED_TRUNCATED
-        status[t] = code
-        exponents[t] = exponent
-        if code != SOLVED and code != SOLVED_TRUNCATED:
-            continue
-        ok = _ssp_tile(
-            units,
+        # Each tile's status, as _load_tile decides it; too wide tiles are
+        # decoded again on their own and truncated into their lane.
+        for b in range(block_size):
+            t = tile_list[block + b]
+            if not_finite[b]:
+                code = NOT_FINITE
+                exponent = 0
+            elif highest[b] < lowest[b]:
+                code = SOLVED
+                exponent = 0
+            elif highest[b] - lowest[b] + 1 > max_bits:
+                units = block_units[b * m * m : (b + 1) * m * m]
+                inexact = block_inexact[b * m * m : (b + 1) * m * m]
+                _load_tile(
+                    bits,
+                    block_r0[b],
+                    block_c0[b],
+                    m,
+                    fraction_bits,
+                    max_bits,
+                    significand,
+                    scale,
+                    units,
+                )
+                exponent = _truncate_tile(significand, scale, m, max_bits, units, inexact)
+                code = SOLVED_TRUNCATED
+                for k in range(m * m):
+                    w_lanes[k * lanes + b] = units[k]
+            else:
+                code = SOLVED
+                exponent = lowest[b]
+            status[t] = code
+            exponents[t] = exponent
+            block_code[b] = code
+        _start_lanes(
+            w_lanes,
             m,
             n,
-            kept,
-            potential,
-            distance,
-            parent,
-            settled,
-            reached,
-            row_kept,
-            column_kept,
-            key,
-            w_t,
-            kept_t,
+            lanes,
+            network,
+            sort,
+            key_lanes,
+            kept_lanes,
+            row_start,
+            column_start,
+            lane_count,
         )
-        if ok and truncated:
-            ok = _certify_truncated(units, inexact, kept, potential, m)
-        if not ok:
-            status[t] = TOO_WIDE
-            continue
-        _canonical_tile(
-            units,
-            m,
-            kept,
-            potential,
-            tight,
-            queue,
-            parent_node,
-            parent_entry,
-            truncated,
-            inexact,
-        )
-        total = np.int64(0)
-        for i in range(m):
-            row_potentials[t, i] = potential[1 + i]
-            column_potentials[t, i] = -potential[m + 1 + i]
-            for j in range(m):
-                mask[r0 + i, c0 + j] = kept[i * m + j]
-                if kept[i * m + j]:
-                    total += units[i * m + j]
-        kept_units[t] = total
+        for b in range(block_size):
+            code = block_code[b]
+            if code != SOLVED and code != SOLVED_TRUNCATED:
+                continue
+            t = tile_list[block + b]
+            r0 = block_r0[b]
+            c0 = block_c0[b]
+            truncated = code == SOLVED_TRUNCATED
+            units = block_units[b * m * m : (b + 1) * m * m]
+            inexact = block_inexact[b * m * m : (b + 1) * m * m]
+            # The tile out of its lane, row- and column-major.
+            for i in range(m):
+                row_kept[i] = 0
+                column_kept[i] = 0
+                potential[1 + i] = row_start[i * lanes + b]
+                potential[m + 1 + i] = column_start[i * lanes + b]
+            for i in range(m):
+                for j in range(m):
+                    keep = kept_lanes[(i * m + j) * lanes + b]
+                    kept[i * m + j] = keep != 0
+                    kept_t[j * m + i] = keep != 0
+                    unit = w_lanes[(i * m + j) * lanes + b]
+                    units[i * m + j] = unit
+                    w_t[j * m + i] = unit
+                    row_kept[i] += keep
+                    column_kept[j] += keep
+            ok = _ssp_tile(
+                units,
+                m,
+                n,
+                kept,
+                potential,
+                distance,
+                parent,
+                settled,
+                reached,
+                row_kept,
+                column_kept,
+                w_t,
+                kept_t,
+            )
+            if ok and truncated:
+                ok = _certify_truncated(units, inexact, kept, potential, m)
+            if not ok:
+                status[t] = TOO_WIDE
+                continue
+            _canonical_tile(
+                units,
+                m,
+                kept,
+                potential,
+                tight,
+                queue,
+                parent_node,
+                parent_entry,
+                truncated,
+                inexact,
+            )
+            total = np.int64(0)
+            for i in range(m):
+                row_potentials[t, i] = potential[1 + i]
+                column_potentials[t, i] = -potential[m + 1 + i]
+                for j in range(m):
+                    mask[r0 + i, c0 + j] = kept[i * m + j]
+                    if kept[i * m + j]:
+                        total += units[i * m + j]
+            kept_units[t] = total
 
 
 @numba.njit(cache=True, nogil=True)
@@ -1279,6 +1556,21 @@ def masked_tiles(
 # ----------------------------------------------------------------------------
 # Greedy approximations (Hubara et al. 2021, Sec. 4.2): keep form and prune form
 # ----------------------------------------------------------------------------
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _rank(key, m, i):  # pragma: no cover
+    """Place of ``key[i]`` in ``key[:m]`` sorted descending, lower index first.
+
+    Counting (O(m), branch-free, a reduction LLVM vectorises) instead of
+    sorting: an insertion sort mispredicts its branches on random data.
+    """
+    x = key[i]
+    place = np.int64(0)
+    for a in range(m):
+        y = key[a]
+        place += np.int64(y > x) + np.int64(y == x) * np.int64(a < i)
+    return place
 
 
 @numba.njit(cache=True, nogil=True)

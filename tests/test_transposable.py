@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nmref import flow
-from nmref._flow_kernels import float64_exact_binades
+from nmref._flow_kernels import START_LANES, _selection_network, float64_exact_binades
 from nmref.masks import nm_mask
 from nmref.patterns import check_pattern
 from nmref.transposable import (
@@ -230,6 +230,67 @@ def test_float32_enumeration_equals_the_int64_units_on_wide_and_odd_tiles(n, m):
         transposable_mask(bad, n, m)
 
 
+def _run_network(network, values):
+    values = values.copy()
+    for a, b in network:
+        high = np.maximum(values[..., a], values[..., b])
+        values[..., b] = np.minimum(values[..., a], values[..., b])
+        values[..., a] = high
+    return values
+
+
+@pytest.mark.parametrize("size", [1, 2, 4, 8, 16])
+def test_selection_network_selects_on_every_0_1_input(size):
+    """By the 0-1 principle, a comparator network that puts the k-th largest on wire k
+    for all 2**size inputs of zeros and ones does so for every input."""
+    inputs = (np.arange(2**size)[:, None] >> np.arange(size)) & 1
+    expected = -np.sort(-inputs, axis=1)
+    for wire in range(size):
+        network = _selection_network(size, wire)
+        assert network.shape[1] == 2 and (network[:, 0] < network[:, 1]).all()
+        np.testing.assert_array_equal(_run_network(network, inputs)[:, wire], expected[:, wire])
+    # Pruning only drops comparators: the full network sorts, a selection needs fewer.
+    if size >= 4:
+        assert len(_selection_network(size, size // 2 - 1)) < size * size
+
+
+def test_selection_network_on_32_wires_and_ties():
+    rng = np.random.default_rng(32)
+    values = rng.integers(-3, 4, (2000, 32))
+    expected = -np.sort(-values, axis=1)
+    for wire in (0, 7, 15, 31):
+        got = _run_network(_selection_network(32, wire), values)[:, wire]
+        np.testing.assert_array_equal(got, expected[:, wire])
+
+
+@pytest.mark.parametrize(("n", "m"), [(4, 8), (3, 6), (1, 2), (8, 16)])
+def test_blocks_of_tiles_mixing_every_kind_of_tile(n, m):
+    """The kernel loads and starts START_LANES tiles at once: zero, too-wide (truncated and
+    Python) and tie-heavy tiles inside one block, in a tile count that is no multiple of the
+    block, must each get the mask the readable solver gives that tile alone."""
+    rng = np.random.default_rng(100 * m + n)
+    tiles_down, tiles_across = 3, START_LANES // 2 + 3
+    scores = rng.standard_normal((tiles_down * m, tiles_across * m))
+    tiles = scores.reshape(tiles_down, m, tiles_across, m).swapaxes(1, 2)  # a view
+    tiles[0, 1] = 0.0
+    tiles[0, 2] = rng.integers(0, 2, (m, m))
+    tiles[1, 3] *= np.exp2(rng.uniform(-60, 60, (m, m)))  # floor units plus certificate
+    tiles[1, 4] = 1.0  # float64: decided 92 binades down, below the truncation: Python path
+    tiles[1, 4, m - 1] = 2.0**-40 * (1 + rng.permutation(m) * 2.0**-52)
+    tiles[2, -1] = -np.abs(tiles[2, -1])
+    for dtype in (np.float64, np.float32):
+        values = scores.astype(dtype)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the near tie's Python fallback
+            fast = _solve_exact(values, check_pattern(n, m), method="flow").mask
+            parallel = _solve_exact(values, check_pattern(n, m), method="flow", parallel=True)
+        np.testing.assert_array_equal(parallel.mask, fast)
+        for tile_row, tile_column, tile in tile_values(values, m):
+            expected = transposable_mask_reference(tile, n, m)
+            got = fast[tile_row * m : (tile_row + 1) * m, tile_column * m : (tile_column + 1) * m]
+            np.testing.assert_array_equal(got, expected, err_msg=f"tile {tile_row, tile_column}")
+
+
 @pytest.mark.parametrize(("n", "m"), [(2, 5), (3, 5), (3, 6), (2, 6)])
 def test_exact_equals_brute_for_m_5_and_6(n, m):
     rng = np.random.default_rng(m * 10 + n)
@@ -307,13 +368,15 @@ def test_wide_dynamic_range_tiles_use_the_exact_python_path():
     for n, m in [(2, 4), (4, 8)]:
         fast = transposable_mask(scores, n, m)
         np.testing.assert_array_equal(fast, transposable_mask_reference(scores, n, m))
-    # Tiny differences must still decide: only the 2**-70 term breaks the tie.
-    tie = np.ones((4, 4)) * 2.0**40
-    tie[3, 3] += 2.0**-70
+    # Tiny differences must still decide: the 2**40 diagonal is kept whatever the rest
+    # holds, and only the 2**-70-sized entries choose the other kept entry of each line.
+    tiny = 2.0**-70 * (1 + np.random.default_rng(8).permutation(16).reshape(4, 4))
+    tie = np.where(np.eye(4, dtype=bool), 2.0**40, tiny)
     expected = lexmax_brute(tie, 2)[1]
+    all_tiny_equal = lexmax_brute(np.where(np.eye(4, dtype=bool), 2.0**40, 2.0**-70), 2)[1]
+    assert not np.array_equal(expected, all_tiny_equal)  # the tiny terms do decide
     for method in EXACT_METHODS:
         np.testing.assert_array_equal(transposable_mask(tie, 2, 4, method=method), expected)
-    assert expected[3, 3]
 
 
 @pytest.mark.parametrize(("n", "m"), [(2, 4), (4, 8), (8, 16)])
