@@ -456,42 +456,47 @@ def _start_lanes(
 
 @numba.njit(cache=True, nogil=True)
 def _ssp_tile(
-    w,
-    m,
-    n,
-    kept,
-    potential,
-    distance,
-    parent,
-    settled,
-    reached,
-    row_kept,
-    column_kept,
-    w_t,
-    kept_t,
+    w, w_t, kept, kept_t, m, n, width, row_kept, column_kept, potential, state
 ):  # pragma: no cover
     """Successive shortest paths on one tile (see nmref.flow.successive_shortest_paths).
 
-    ``w`` int64 (m*m) units; ``kept`` bool (m*m) output. ``potential`` int64
-    (2m+2): node 0 source, 1..m rows, m+1..2m columns, 2m+1 sink; on return
+    Tile ``w[i * width + j]`` (int64 units), ``kept`` (int64 0/1) and their
+    column-major copies ``w_t``/``kept_t`` are padded to ``width`` lanes
+    (a multiple of 16): padded entries are kept in ``kept`` and dropped in
+    ``kept_t``, so every relaxation finds them blocked, and the relaxation
+    loops have a trip count LLVM vectorises. ``potential`` (2m+2): node 0
+    source, 1..m rows, m+1..2m columns, 2m+1 sink; on return
     ``u[i] = potential[1 + i]`` and ``v[j] = -potential[m + 1 + j]`` certify
     ``kept`` (kept entries have ``w >= u + v``, dropped ones ``w <= u + v``).
 
     Differs from the teaching version only in the start: instead of an empty
     flow it starts from the partial b-matching of :func:`_start_lanes` passed
-    in ``kept``, ``potential[1 : 2 m + 1]``, ``row_kept`` and ``column_kept``,
-    which already satisfies complementary slackness, so only the deficit, a
-    few of the ``n m`` units on random data, needs augmenting paths. The
-    source and sink potentials are reset before every Dijkstra (arcs into the
-    source and out of the sink never lie on a shortest source-sink path), so
-    the only invariant to keep is non-negative reduced cost on row/column
-    arcs. The relaxations use arithmetic (min, max, multiply) instead of
-    branches, because mispredicted branches dominated the scans on random
-    data. ``w_t`` and ``kept_t`` are column-major copies kept in step with
-    ``w`` and ``kept``.
+    in ``kept``, ``potential``, ``row_kept`` and ``column_kept``, which already
+    satisfies complementary slackness, so only the deficit, a few of the
+    ``n m`` units on random data, needs augmenting paths. The source and sink
+    potentials are reset before every Dijkstra (arcs into the source and out
+    of the sink never lie on a shortest source-sink path), so the only
+    invariant to keep is non-negative reduced cost on row/column arcs. The
+    relaxations use arithmetic (min, max, multiply) instead of branches,
+    because mispredicted branches dominated the scans on random data.
+    ``state`` (int64, 2 x 5 x width) holds per row (side 0) and per column
+    (side 1): potential, distance, tentative distance, parent, settled.
     """
-    sink = 2 * m + 1
-    nodes = 2 * m + 2
+    row_potential = state[0, 0]
+    row_distance = state[0, 1]
+    row_reached = state[0, 2]
+    row_parent = state[0, 3]
+    row_settled = state[0, 4]
+    column_potential = state[1, 0]
+    column_distance = state[1, 1]
+    column_reached = state[1, 2]
+    column_parent = state[1, 3]
+    column_settled = state[1, 4]
+    for i in range(width):
+        row_potential[i] = potential[1 + i] if i < m else 0
+        column_potential[i] = potential[m + 1 + i] if i < m else 0
+        row_parent[i] = -1
+        column_parent[i] = 0
     flow = 0
     for i in range(m):
         flow += row_kept[i]
@@ -500,43 +505,43 @@ def _ssp_tile(
     # same for deficit rows. These are the length-one augmenting paths, found
     # without a Dijkstra.
     for j in range(m):
-        column = j * m
+        column = j * width
         while column_kept[j] < n:
             best_row = -1
             best_value = np.int64(0)
             for i in range(m):
                 if not kept_t[column + i]:
-                    value = w_t[column + i] - potential[1 + i]
+                    value = w_t[column + i] - row_potential[i]
                     if best_row < 0 or value > best_value:
                         best_row = i
                         best_value = value
             if row_kept[best_row] >= n:
                 break
-            kept[best_row * m + j] = True
-            kept_t[column + best_row] = True
+            kept[best_row * width + j] = 1
+            kept_t[column + best_row] = 1
             row_kept[best_row] += 1
             column_kept[j] += 1
             flow += 1
-            potential[m + 1 + j] = -best_value
+            column_potential[j] = -best_value
     for i in range(m):
-        row = i * m
+        row = i * width
         while row_kept[i] < n:
             best_column = -1
             best_value = np.int64(0)
             for j in range(m):
                 if not kept[row + j]:
-                    value = w[row + j] + potential[m + 1 + j]
+                    value = w[row + j] + column_potential[j]
                     if best_column < 0 or value > best_value:
                         best_column = j
                         best_value = value
             if column_kept[best_column] >= n:
                 break
-            kept[row + best_column] = True
-            kept_t[best_column * m + i] = True
+            kept[row + best_column] = 1
+            kept_t[best_column * width + i] = 1
             row_kept[i] += 1
             column_kept[best_column] += 1
             flow += 1
-            potential[1 + i] = best_value
+            row_potential[i] = best_value
     # --- successive shortest paths for the rest ------------------------------
     unreached = np.int64(1) << np.int64(62)  # above every distance (max_unit_bits)
     while flow < n * m:
@@ -544,112 +549,113 @@ def _ssp_tile(
         # distance and candidate of this Dijkstra stays below 2**62. Should a
         # tile ever exceed it, give it back (the caller solves it in Python).
         over = False
-        for v in range(1, 2 * m + 1):
-            over |= abs(potential[v]) > POTENTIAL_LIMIT
+        for i in range(m):
+            over |= abs(row_potential[i]) > POTENTIAL_LIMIT
+            over |= abs(column_potential[i]) > POTENTIAL_LIMIT
         if over:
             return False
         # Source/sink potentials that make their arcs' reduced costs >= 0.
         source_potential = -unreached
         for i in range(m):
-            p = potential[1 + i]
+            p = row_potential[i]
             source_potential = p if (row_kept[i] < n and p > source_potential) else source_potential
         sink_potential = unreached
         for j in range(m):
-            p = potential[m + 1 + j]
+            p = column_potential[j]
             sink_potential = p if (column_kept[j] < n and p < sink_potential) else sink_potential
-        potential[sink] = sink_potential
-        # ``reached`` holds tentative distances of unsettled nodes (unreached
+        # ``*_reached`` hold tentative distances of unsettled nodes (unreached
         # and settled ones sit at ``unreached``), so picking the next node is a
         # plain minimum scan.
-        for v in range(nodes):
-            settled[v] = False
-            reached[v] = unreached
-        for i in range(m):
-            reached[1 + i] = source_potential - potential[1 + i] if row_kept[i] < n else unreached
-            parent[1 + i] = 0
+        for i in range(width):
+            row_settled[i] = 0
+            column_settled[i] = 0
+            column_reached[i] = unreached
+            deficit = i < m and row_kept[i] < n
+            row_reached[i] = source_potential - row_potential[i] if deficit else unreached
+            row_parent[i] = -1
+        sink_reached = unreached
+        sink_parent = -1
+        sink_distance = unreached
         while True:
-            best_distance = unreached
-            for v in range(1, nodes):
-                best_distance = min(best_distance, reached[v])
-            best = 1
-            while reached[best] != best_distance:
-                best += 1
-            settled[best] = True
-            distance[best] = best_distance
-            reached[best] = unreached
-            if best == sink:
-                break
-            base = best_distance + potential[best]
-            if best <= m:  # a row: arcs to the columns of its dropped entries
-                row = (best - 1) * m
-                # Views indexed by the loop variable (no negative-index
-                # wraparound code) and arithmetic instead of selects, which
-                # LLVM had turned back into mispredicted branches: 8:16 tiles
-                # were solved ~1.8x faster (benchmarks/bench_transposable.py).
-                w_row = w[row : row + m]
-                kept_row = kept[row : row + m]
-                side_potential = potential[m + 1 : 2 * m + 1]
-                side_settled = settled[m + 1 : 2 * m + 1]
-                side_reached = reached[m + 1 : 2 * m + 1]
-                side_parent = parent[m + 1 : 2 * m + 1]
-                for j in range(m):
-                    blocked = np.int64(kept_row[j]) | np.int64(side_settled[j])
+            # Next node: the nearest; ties go to rows, then columns, then the sink.
+            best_row_distance = unreached
+            best_column_distance = unreached
+            for i in range(width):
+                best_row_distance = min(best_row_distance, row_reached[i])
+                best_column_distance = min(best_column_distance, column_reached[i])
+            best_distance = min(min(best_row_distance, best_column_distance), sink_reached)
+            if best_row_distance == best_distance:
+                i = 0
+                while row_reached[i] != best_distance:
+                    i += 1
+                row_settled[i] = 1
+                row_distance[i] = best_distance
+                row_reached[i] = unreached
+                # A row: arcs to the columns of its dropped entries.
+                base = best_distance + row_potential[i]
+                w_row = w[i * width : (i + 1) * width]
+                kept_row = kept[i * width : (i + 1) * width]
+                for j in range(width):
+                    blocked = kept_row[j] | column_settled[j]
                     # Real arcs have candidate >= 0; a blocked one is lifted to >= unreached.
-                    candidate = max(base - w_row[j] - side_potential[j], blocked * unreached)
-                    old = side_reached[j]
+                    candidate = max(base - w_row[j] - column_potential[j], blocked * unreached)
+                    old = column_reached[j]
                     better = np.int64(candidate < old)
-                    side_reached[j] = min(candidate, old)
-                    side_parent[j] += (best - side_parent[j]) * better
-            else:  # a column: arcs back to rows of its kept entries, and to the sink
-                j = best - m - 1
-                column = j * m
-                w_column = w_t[column : column + m]
-                kept_column = kept_t[column : column + m]
-                side_potential = potential[1 : m + 1]
-                side_settled = settled[1 : m + 1]
-                side_reached = reached[1 : m + 1]
-                side_parent = parent[1 : m + 1]
-                for i in range(m):
-                    blocked = np.int64(not kept_column[i]) | np.int64(side_settled[i])
-                    candidate = max(base + w_column[i] - side_potential[i], blocked * unreached)
-                    old = side_reached[i]
+                    column_reached[j] = min(candidate, old)
+                    column_parent[j] += (i - column_parent[j]) * better
+            elif best_column_distance == best_distance:
+                j = 0
+                while column_reached[j] != best_distance:
+                    j += 1
+                column_settled[j] = 1
+                column_distance[j] = best_distance
+                column_reached[j] = unreached
+                # A column: arcs back to the rows of its kept entries, and to the sink.
+                base = best_distance + column_potential[j]
+                w_column = w_t[j * width : (j + 1) * width]
+                kept_column = kept_t[j * width : (j + 1) * width]
+                for i in range(width):
+                    blocked = (1 - kept_column[i]) | row_settled[i]
+                    candidate = max(base + w_column[i] - row_potential[i], blocked * unreached)
+                    old = row_reached[i]
                     better = np.int64(candidate < old)
-                    side_reached[i] = min(candidate, old)
-                    side_parent[i] += (best - side_parent[i]) * better
+                    row_reached[i] = min(candidate, old)
+                    row_parent[i] += (j - row_parent[i]) * better
                 if column_kept[j] < n:
-                    candidate = base - potential[sink]
-                    if candidate < reached[sink]:
-                        reached[sink] = candidate
-                        parent[sink] = best
+                    candidate = base - sink_potential
+                    if candidate < sink_reached:
+                        sink_reached = candidate
+                        sink_parent = j
                         if candidate == best_distance:
                             # Nothing can beat a zero-cost last arc: settle now.
-                            settled[sink] = True
-                            distance[sink] = candidate
+                            sink_distance = candidate
                             break
-        sink_distance = distance[sink]
-        for v in range(1, 2 * m + 1):
-            potential[v] += distance[v] if settled[v] else sink_distance
-        node = sink
-        while node != 0:
-            previous = parent[node]
-            if node == sink:
-                column_kept[previous - m - 1] += 1
-            elif previous == 0:
-                row_kept[node - 1] += 1
-            elif previous <= m:  # row -> column: keep
-                i = previous - 1
-                j = node - m - 1
-                kept[i * m + j] = True
-                kept_t[j * m + i] = True
-            else:  # column -> row: drop
-                i = node - 1
-                j = previous - m - 1
-                kept[i * m + j] = False
-                kept_t[j * m + i] = False
-            node = previous
+            else:
+                sink_distance = best_distance
+                break
+        for i in range(m):
+            row_potential[i] += row_distance[i] if row_settled[i] else sink_distance
+            column_potential[i] += column_distance[i] if column_settled[i] else sink_distance
+        # Augment: the sink's column gains a unit; walk back keeping the
+        # row -> column entries and dropping the column -> row ones.
+        j = sink_parent
+        column_kept[j] += 1
+        while True:
+            i = column_parent[j]
+            kept[i * width + j] = 1
+            kept_t[j * width + i] = 1
+            previous = row_parent[i]
+            if previous < 0:
+                row_kept[i] += 1
+                break
+            kept[i * width + previous] = 0
+            kept_t[previous * width + i] = 0
+            j = previous
         flow += 1
-    for v in range(1, 2 * m + 1):
-        if abs(potential[v]) > POTENTIAL_LIMIT:
+    for i in range(m):
+        potential[1 + i] = row_potential[i]
+        potential[m + 1 + i] = column_potential[i]
+        if abs(row_potential[i]) > POTENTIAL_LIMIT or abs(column_potential[i]) > POTENTIAL_LIMIT:
             return False
     return True
 
@@ -905,10 +911,6 @@ def _exact_range(
     kept = np.empty(m * m, np.bool_)
     tight = np.empty(m * m, np.bool_)
     potential = np.empty(nodes, np.int64)
-    distance = np.empty(nodes, np.int64)
-    parent = np.zeros(nodes, np.int64)  # small ints only: the relaxations do arithmetic on it
-    settled = np.empty(nodes, np.bool_)
-    reached = np.empty(nodes, np.int64)
     queue = np.empty(2 * m, np.int64)
     parent_node = np.empty(2 * m, np.int64)
     parent_entry = np.empty(2 * m, np.int64)
@@ -916,8 +918,14 @@ def _exact_range(
     scale = np.empty(m * m, np.int64)
     row_kept = np.empty(m, np.int64)
     column_kept = np.empty(m, np.int64)
-    w_t = np.empty(m * m, np.int64)
-    kept_t = np.empty(m * m, np.bool_)
+    # The tile again, padded for _ssp_tile; the solver state (small ints only
+    # in the parent rows: the relaxations do arithmetic on them).
+    width = 16 * ((m + 15) // 16)
+    w_padded = np.zeros(m * width, np.int64)
+    w_t_padded = np.zeros(m * width, np.int64)
+    kept_padded = np.ones(m * width, np.int64)  # padding: kept, so never an arc
+    kept_t_padded = np.zeros(m * width, np.int64)  # padding: dropped, so never an arc
+    state = np.zeros((2, 5, width), np.int64)
     for block in range(first, last, lanes):
         block_size = min(lanes, last - block)
         for b in range(block_size):
@@ -1007,28 +1015,30 @@ def _exact_range(
             for i in range(m):
                 for j in range(m):
                     keep = kept_lanes[(i * m + j) * lanes + b]
-                    kept[i * m + j] = keep != 0
-                    kept_t[j * m + i] = keep != 0
+                    kept_padded[i * width + j] = keep
+                    kept_t_padded[j * width + i] = keep
                     unit = w_lanes[(i * m + j) * lanes + b]
                     units[i * m + j] = unit
-                    w_t[j * m + i] = unit
+                    w_padded[i * width + j] = unit
+                    w_t_padded[j * width + i] = unit
                     row_kept[i] += keep
                     column_kept[j] += keep
             ok = _ssp_tile(
-                units,
+                w_padded,
+                w_t_padded,
+                kept_padded,
+                kept_t_padded,
                 m,
                 n,
-                kept,
-                potential,
-                distance,
-                parent,
-                settled,
-                reached,
+                width,
                 row_kept,
                 column_kept,
-                w_t,
-                kept_t,
+                potential,
+                state,
             )
+            for i in range(m):
+                for j in range(m):
+                    kept[i * m + j] = kept_padded[i * width + j] != 0
             if ok and truncated:
                 ok = _certify_truncated(units, inexact, kept, potential, m)
             if not ok:
