@@ -19,6 +19,14 @@ depends on rounding or overflow.
 
 Tile status codes: 0 solved here; 1 dynamic range too wide for int64 (solve
 exactly in Python); 2 NaN or infinity in the tile (the caller raises).
+
+Speed notes
+-----------
+The exact kernel loads and starts blocks of tiles one tile per vector lane,
+with 2-D ``(entry, lane)`` arrays; the hot loops take no array slices, because
+every slice is a new array whose reference count Numba updates atomically
+(slices cost the 4:8 kernel ~15%); and indices that are not loop variables are
+unsigned where it matters, so Numba emits no negative-index wraparound.
 """
 
 from __future__ import annotations
@@ -213,7 +221,6 @@ def _load_lanes(
     r0s,
     c0s,
     block_size,
-    lanes,
     words,
     significand,
     scale,
@@ -224,7 +231,7 @@ def _load_lanes(
 ):  # pragma: no cover
     """:func:`_load_tile` for a block of tiles at once, one tile per vector lane.
 
-    ``w_lanes[(i * m + j) * lanes + t]`` gets entry ``(i, j)`` of the tile at
+    ``w_lanes[i * m + j, t]`` gets entry ``(i, j)`` of the tile at
     ``(r0s[t], c0s[t])`` in units, for every lane whose tile fits int64 units
     (0 elsewhere). Per lane, ``lowest`` and ``highest`` are the bounds
     :func:`_load_tile` computes (``highest < lowest``: all zero) and
@@ -232,31 +239,29 @@ def _load_lanes(
     status exactly as :func:`_load_tile` would. Lanes from ``block_size`` on
     hold an all-zero tile. Branch-free, so the loops over lanes vectorise.
     """
+    lanes = w_lanes.shape[1]
     strip_zeros = fraction_bits > 23
     exponent_mask = (1 << (8 if fraction_bits == 23 else 11)) - 1
     bias = exponent_mask // 2 + fraction_bits
     fraction_mask = (np.uint64(1) << np.uint64(fraction_bits)) - np.uint64(1)
     sign_shift = np.uint64(8 * (4 if fraction_bits == 23 else 8) - 1)
     implicit = np.uint64(1) << np.uint64(fraction_bits)
-    for b in range(block_size):
-        r0 = r0s[b]
-        c0 = c0s[b]
+    for t in range(block_size):
+        r0 = r0s[t]
+        c0 = c0s[t]
         for i in range(m):
             for j in range(m):
-                words[(i * m + j) * lanes + b] = np.uint64(bits[r0 + i, c0 + j])
-    for b in range(block_size, lanes):
+                words[i * m + j, t] = np.uint64(bits[r0 + i, c0 + j])
+    for t in range(block_size, lanes):
         for k in range(m * m):
-            words[k * lanes + b] = 0
+            words[k, t] = 0
     for t in range(lanes):
         lowest[t] = 1 << 30
         highest[t] = -(1 << 30)
         not_finite[t] = 0
     for k in range(m * m):
-        word_k = words[k * lanes : (k + 1) * lanes]
-        significand_k = significand[k * lanes : (k + 1) * lanes]
-        scale_k = scale[k * lanes : (k + 1) * lanes]
         for t in range(lanes):
-            word = word_k[t]
+            word = words[k, t]
             exponent_field = np.int64(word >> np.uint64(fraction_bits)) & exponent_mask
             not_finite[t] |= np.int64(exponent_field == exponent_mask)
             normal = np.uint64(exponent_field != 0)
@@ -266,9 +271,8 @@ def _load_lanes(
             if strip_zeros:
                 # Trailing zeros by binary search, without branches.
                 for step in (32, 16, 8, 4, 2, 1):
-                    low_zero = np.uint64(
-                        (whole & ((np.uint64(1) << np.uint64(step)) - np.uint64(1))) == 0
-                    )
+                    low_bits = (np.uint64(1) << np.uint64(step)) - np.uint64(1)
+                    low_zero = np.uint64((whole & low_bits) == 0)
                     whole >>= low_zero * np.uint64(step)
                     value_scale += np.int64(low_zero) * step
             nonzero = whole != 0
@@ -276,17 +280,14 @@ def _load_lanes(
             highest[t] = max(highest[t], top if nonzero else -(1 << 30))
             negative = np.int64(word >> sign_shift)
             magnitude = np.int64(whole)
-            significand_k[t] = (magnitude ^ -negative) + negative
-            scale_k[t] = value_scale
+            significand[k, t] = (magnitude ^ -negative) + negative
+            scale[k, t] = value_scale
     for k in range(m * m):
-        significand_k = significand[k * lanes : (k + 1) * lanes]
-        scale_k = scale[k * lanes : (k + 1) * lanes]
-        w_k = w_lanes[k * lanes : (k + 1) * lanes]
         for t in range(lanes):
             fits = np.int64(highest[t] - lowest[t] + 1 <= max_bits) * (1 - not_finite[t])
             # Clamped so that zeros and unused lanes never shift out of range.
-            shift = min(max(scale_k[t] - lowest[t], 0), 63)
-            w_k[t] = (significand_k[t] << shift) * fits
+            shift = min(max(scale[k, t] - lowest[t], 0), 63)
+            w_lanes[k, t] = (significand[k, t] << shift) * fits
 
 
 @numba.njit(cache=True, nogil=True)
@@ -326,37 +327,25 @@ def _selection_network(size, wire):  # pragma: no cover
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _select_lanes(sort, network, lanes):  # pragma: no cover
-    """Run ``network`` on the wires ``sort[w * lanes : (w + 1) * lanes]``, all lanes at once."""
+def _select_lanes(sort, network):  # pragma: no cover
+    """Run ``network`` on the wires ``sort[w, :]``, all lanes at once."""
     for c in range(network.shape[0]):
-        a = network[c, 0] * lanes
-        b = network[c, 1] * lanes
-        high = sort[a : a + lanes]
-        low = sort[b : b + lanes]
-        for t in range(lanes):
-            x = high[t]
-            y = low[t]
-            high[t] = max(x, y)
-            low[t] = min(x, y)
+        a = network[c, 0]
+        b = network[c, 1]
+        for t in range(sort.shape[1]):
+            x = sort[a, t]
+            y = sort[b, t]
+            sort[a, t] = max(x, y)
+            sort[b, t] = min(x, y)
 
 
 @numba.njit(cache=True, nogil=True)
 def _start_lanes(
-    w_lanes,
-    m,
-    n,
-    lanes,
-    network,
-    sort,
-    key_lanes,
-    kept_lanes,
-    row_potential,
-    column_potential,
-    count,
+    w_lanes, m, n, network, sort, key_lanes, kept_lanes, row_potential, column_potential, count
 ):  # pragma: no cover
     """The start of :func:`_ssp_tile` for a block of tiles, one tile per lane.
 
-    ``w_lanes[(i * m + j) * lanes + t]`` is entry ``(i, j)`` of tile ``t``.
+    ``w_lanes[i * m + j, t]`` is entry ``(i, j)`` of tile ``t``.
     Duals first: ``u[i]`` is the n-th largest of row ``i``. Then every column
     keeps its ``n`` largest by ``w - u`` (ties: lower row) and ``v[j]`` is the
     n-th of them; then every over-full row keeps its ``n`` best kept entries
@@ -365,98 +354,97 @@ def _start_lanes(
     needs augmenting paths. Keys carry the tie-break in their low
     ``index_bits`` bits (``(key << index_bits) | (m - 1 - index)``, all
     distinct), so a selection network finds the n-th key and a comparison the
-    kept set. Outputs ``kept_lanes`` (0/1), ``row_potential`` (``u``) and
-    ``column_potential`` (``-v``), laid out like ``w_lanes``.
+    kept set. Outputs ``kept_lanes`` (0/1), ``row_potential[i, t]`` (``u``)
+    and ``column_potential[j, t]`` (``-v``).
     """
-    size = sort.shape[0] // lanes
+    lanes = w_lanes.shape[1]
+    size = sort.shape[0]
     wire = max(n - 1, 0)
     index_bits = np.int64(0)
     while (np.int64(1) << index_bits) < m:
         index_bits += 1
     # --- duals first: u[i] = the n-th largest of row i (the largest if n == 0)
     for i in range(m):
-        for j in range(m):
-            source = w_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
-            target = sort[j * lanes : (j + 1) * lanes]
+        for j in range(size):
             for t in range(lanes):
-                target[t] = source[t]
-        for w in range(m * lanes, size * lanes):
-            sort[w] = BELOW_ALL
-        _select_lanes(sort, network, lanes)
-        nth = sort[wire * lanes : (wire + 1) * lanes]
-        u = row_potential[i * lanes : (i + 1) * lanes]
+                sort[j, t] = w_lanes[i * m + j, t] if j < m else BELOW_ALL
+        _select_lanes(sort, network)
         for t in range(lanes):
-            u[t] = nth[t]
+            row_potential[i, t] = sort[wire, t]
     # --- every column keeps its n largest by w - u (ties: lower row) --------
     for i in range(m):
-        u = row_potential[i * lanes : (i + 1) * lanes]
-        tie = m - 1 - i
         for j in range(m):
-            source = w_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
-            key = key_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
             for t in range(lanes):
-                key[t] = ((source[t] - u[t]) << index_bits) | tie
+                key_lanes[i * m + j, t] = (
+                    (w_lanes[i * m + j, t] - row_potential[i, t]) << index_bits
+                ) | (m - 1 - i)
+    kept_any = np.int64(n > 0)
     for j in range(m):
-        for i in range(m):
-            key = key_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
-            target = sort[i * lanes : (i + 1) * lanes]
+        for i in range(size):
             for t in range(lanes):
-                target[t] = key[t]
-        for w in range(m * lanes, size * lanes):
-            sort[w] = BELOW_ALL
-        _select_lanes(sort, network, lanes)
-        nth = sort[wire * lanes : (wire + 1) * lanes]
-        v = column_potential[j * lanes : (j + 1) * lanes]
+                sort[i, t] = key_lanes[i * m + j, t] if i < m else BELOW_ALL
+        _select_lanes(sort, network)
         for t in range(lanes):
-            v[t] = -(nth[t] >> index_bits)
-        kept_any = np.int64(n > 0)
+            column_potential[j, t] = -(sort[wire, t] >> index_bits)
         for i in range(m):
-            key = key_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
-            kept = kept_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
             for t in range(lanes):
-                kept[t] = np.int64(key[t] >= nth[t]) * kept_any
+                kept_lanes[i * m + j, t] = (
+                    np.int64(key_lanes[i * m + j, t] >= sort[wire, t]) * kept_any
+                )
     if n == 0:
         return
     # --- every over-full row keeps its n best kept entries by w - v ---------
     for i in range(m):
-        tie = np.int64(m - 1)
-        for j in range(m):
-            source = w_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
-            kept = kept_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
-            v = column_potential[j * lanes : (j + 1) * lanes]
-            key = key_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
-            target = sort[j * lanes : (j + 1) * lanes]
+        for j in range(size):
             for t in range(lanes):
-                # Entries the row does not keep sort below every kept one.
-                k = ((source[t] + v[t]) << index_bits) | (tie - j)
-                k = k if kept[t] != 0 else BELOW_ALL
-                key[t] = k
-                target[t] = k
-        for w in range(m * lanes, size * lanes):
-            sort[w] = BELOW_ALL
-        _select_lanes(sort, network, lanes)
-        nth = sort[wire * lanes : (wire + 1) * lanes]
-        u = row_potential[i * lanes : (i + 1) * lanes]
-        # A row with at most n kept entries keeps them all (nth is then its
-        # last kept key or lower) and keeps its u.
+                if j < m:
+                    # Entries the row does not keep sort below every kept one.
+                    key = ((w_lanes[i * m + j, t] + column_potential[j, t]) << index_bits) | (
+                        m - 1 - j
+                    )
+                    key = key if kept_lanes[i * m + j, t] != 0 else BELOW_ALL
+                    key_lanes[i * m + j, t] = key
+                    sort[j, t] = key
+                else:
+                    sort[j, t] = BELOW_ALL
+        _select_lanes(sort, network)
+        # A row with at most n kept entries keeps them all (its n-th key is
+        # then its last kept one or lower) and keeps its u.
         for t in range(lanes):
             count[t] = 0
         for j in range(m):
-            kept = kept_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
             for t in range(lanes):
-                count[t] += kept[t]
+                count[t] += kept_lanes[i * m + j, t]
         for t in range(lanes):
-            u[t] = (nth[t] >> index_bits) if count[t] > n else u[t]
+            nth = sort[wire, t]
+            row_potential[i, t] = (nth >> index_bits) if count[t] > n else row_potential[i, t]
         for j in range(m):
-            kept = kept_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
-            key = key_lanes[(i * m + j) * lanes : (i * m + j + 1) * lanes]
             for t in range(lanes):
-                kept[t] = kept[t] * np.int64(key[t] >= nth[t])
+                kept_lanes[i * m + j, t] *= np.int64(key_lanes[i * m + j, t] >= sort[wire, t])
 
 
 @numba.njit(cache=True, nogil=True)
 def _ssp_tile(
-    w, w_t, kept, kept_t, m, n, width, row_kept, column_kept, potential, state
+    w,
+    w_t,
+    kept,
+    kept_t,
+    m,
+    n,
+    width,
+    row_kept,
+    column_kept,
+    potential,
+    row_potential,
+    row_distance,
+    row_reached,
+    row_parent,
+    row_settled,
+    column_potential,
+    column_distance,
+    column_reached,
+    column_parent,
+    column_settled,
 ):  # pragma: no cover
     """Successive shortest paths on one tile (see nmref.flow.successive_shortest_paths).
 
@@ -479,19 +467,9 @@ def _ssp_tile(
     invariant to keep is non-negative reduced cost on row/column arcs. The
     relaxations use arithmetic (min, max, multiply) instead of branches,
     because mispredicted branches dominated the scans on random data.
-    ``state`` (int64, 2 x 5 x width) holds per row (side 0) and per column
-    (side 1): potential, distance, tentative distance, parent, settled.
+    ``row_*`` and ``column_*`` (int64, ``width``) hold the per-node state:
+    potential, distance, tentative distance, parent, settled.
     """
-    row_potential = state[0, 0]
-    row_distance = state[0, 1]
-    row_reached = state[0, 2]
-    row_parent = state[0, 3]
-    row_settled = state[0, 4]
-    column_potential = state[1, 0]
-    column_distance = state[1, 1]
-    column_reached = state[1, 2]
-    column_parent = state[1, 3]
-    column_settled = state[1, 4]
     for i in range(width):
         row_potential[i] = potential[1 + i] if i < m else 0
         column_potential[i] = potential[m + 1 + i] if i < m else 0
@@ -593,12 +571,13 @@ def _ssp_tile(
                 row_reached[i] = unreached
                 # A row: arcs to the columns of its dropped entries.
                 base = best_distance + row_potential[i]
-                w_row = w[i * width : (i + 1) * width]
-                kept_row = kept[i * width : (i + 1) * width]
+                row = np.uint64(i * width)  # unsigned: indexing without wraparound code
                 for j in range(width):
-                    blocked = kept_row[j] | column_settled[j]
+                    blocked = kept[row + np.uint64(j)] | column_settled[j]
                     # Real arcs have candidate >= 0; a blocked one is lifted to >= unreached.
-                    candidate = max(base - w_row[j] - column_potential[j], blocked * unreached)
+                    candidate = max(
+                        base - w[row + np.uint64(j)] - column_potential[j], blocked * unreached
+                    )
                     old = column_reached[j]
                     better = np.int64(candidate < old)
                     column_reached[j] = min(candidate, old)
@@ -612,11 +591,12 @@ def _ssp_tile(
                 column_reached[j] = unreached
                 # A column: arcs back to the rows of its kept entries, and to the sink.
                 base = best_distance + column_potential[j]
-                w_column = w_t[j * width : (j + 1) * width]
-                kept_column = kept_t[j * width : (j + 1) * width]
+                column = np.uint64(j * width)
                 for i in range(width):
-                    blocked = (1 - kept_column[i]) | row_settled[i]
-                    candidate = max(base + w_column[i] - row_potential[i], blocked * unreached)
+                    blocked = (1 - kept_t[column + np.uint64(i)]) | row_settled[i]
+                    candidate = max(
+                        base + w_t[column + np.uint64(i)] - row_potential[i], blocked * unreached
+                    )
                     old = row_reached[i]
                     better = np.int64(candidate < old)
                     row_reached[i] = min(candidate, old)
@@ -889,28 +869,29 @@ def _exact_range(
         size *= 2
     network = _selection_network(size, max(n - 1, 0))
     # Per tile of a block, in the block's tile order:
-    block_units = np.empty(lanes * m * m, np.int64)
     block_inexact = np.zeros(lanes * m * m, np.bool_)
     block_code = np.empty(lanes, np.int64)
     block_r0 = np.empty(lanes, np.int64)
     block_c0 = np.empty(lanes, np.int64)
     # Per entry or line, across the block's tiles (lane t = tile t of the block):
-    w_lanes = np.zeros(m * m * lanes, np.int64)
-    words = np.empty(m * m * lanes, np.uint64)
-    significand_lanes = np.empty(m * m * lanes, np.int64)
-    scale_lanes = np.empty(m * m * lanes, np.int64)
+    w_lanes = np.zeros((m * m, lanes), np.int64)
+    words = np.empty((m * m, lanes), np.uint64)
+    significand_lanes = np.empty((m * m, lanes), np.int64)
+    scale_lanes = np.empty((m * m, lanes), np.int64)
     lowest = np.empty(lanes, np.int64)
     highest = np.empty(lanes, np.int64)
     not_finite = np.empty(lanes, np.int64)
-    key_lanes = np.empty(m * m * lanes, np.int64)
-    kept_lanes = np.empty(m * m * lanes, np.int64)
-    sort = np.empty(size * lanes, np.int64)
-    row_start = np.empty(m * lanes, np.int64)
-    column_start = np.empty(m * lanes, np.int64)
+    key_lanes = np.empty((m * m, lanes), np.int64)
+    kept_lanes = np.empty((m * m, lanes), np.int64)
+    sort = np.empty((size, lanes), np.int64)
+    row_start = np.empty((m, lanes), np.int64)
+    column_start = np.empty((m, lanes), np.int64)
     lane_count = np.empty(lanes, np.int64)
     kept = np.empty(m * m, np.bool_)
     tight = np.empty(m * m, np.bool_)
     potential = np.empty(nodes, np.int64)
+    units = np.empty(m * m, np.int64)
+    inexact = np.zeros(m * m, np.bool_)
     queue = np.empty(2 * m, np.int64)
     parent_node = np.empty(2 * m, np.int64)
     parent_entry = np.empty(2 * m, np.int64)
@@ -925,7 +906,16 @@ def _exact_range(
     w_t_padded = np.zeros(m * width, np.int64)
     kept_padded = np.ones(m * width, np.int64)  # padding: kept, so never an arc
     kept_t_padded = np.zeros(m * width, np.int64)  # padding: dropped, so never an arc
-    state = np.zeros((2, 5, width), np.int64)
+    row_potential = np.zeros(width, np.int64)
+    row_distance = np.zeros(width, np.int64)
+    row_reached = np.zeros(width, np.int64)
+    row_parent = np.zeros(width, np.int64)
+    row_settled = np.zeros(width, np.int64)
+    column_potential = np.zeros(width, np.int64)
+    column_distance = np.zeros(width, np.int64)
+    column_reached = np.zeros(width, np.int64)
+    column_parent = np.zeros(width, np.int64)
+    column_settled = np.zeros(width, np.int64)
     for block in range(first, last, lanes):
         block_size = min(lanes, last - block)
         for b in range(block_size):
@@ -940,7 +930,6 @@ def _exact_range(
             block_r0,
             block_c0,
             block_size,
-            lanes,
             words,
             significand_lanes,
             scale_lanes,
@@ -960,8 +949,6 @@ def _exact_range(
                 code = SOLVED
                 exponent = 0
             elif highest[b] - lowest[b] + 1 > max_bits:
-                units = block_units[b * m * m : (b + 1) * m * m]
-                inexact = block_inexact[b * m * m : (b + 1) * m * m]
                 _load_tile(
                     bits,
                     block_r0[b],
@@ -976,7 +963,8 @@ def _exact_range(
                 exponent = _truncate_tile(significand, scale, m, max_bits, units, inexact)
                 code = SOLVED_TRUNCATED
                 for k in range(m * m):
-                    w_lanes[k * lanes + b] = units[k]
+                    w_lanes[k, b] = units[k]
+                    block_inexact[b * m * m + k] = inexact[k]
             else:
                 code = SOLVED
                 exponent = lowest[b]
@@ -987,7 +975,6 @@ def _exact_range(
             w_lanes,
             m,
             n,
-            lanes,
             network,
             sort,
             key_lanes,
@@ -1004,20 +991,21 @@ def _exact_range(
             r0 = block_r0[b]
             c0 = block_c0[b]
             truncated = code == SOLVED_TRUNCATED
-            units = block_units[b * m * m : (b + 1) * m * m]
-            inexact = block_inexact[b * m * m : (b + 1) * m * m]
+            if truncated:
+                for k in range(m * m):
+                    inexact[k] = block_inexact[b * m * m + k]
             # The tile out of its lane, row- and column-major.
             for i in range(m):
                 row_kept[i] = 0
                 column_kept[i] = 0
-                potential[1 + i] = row_start[i * lanes + b]
-                potential[m + 1 + i] = column_start[i * lanes + b]
+                potential[1 + i] = row_start[i, b]
+                potential[m + 1 + i] = column_start[i, b]
             for i in range(m):
                 for j in range(m):
-                    keep = kept_lanes[(i * m + j) * lanes + b]
+                    keep = kept_lanes[i * m + j, b]
                     kept_padded[i * width + j] = keep
                     kept_t_padded[j * width + i] = keep
-                    unit = w_lanes[(i * m + j) * lanes + b]
+                    unit = w_lanes[i * m + j, b]
                     units[i * m + j] = unit
                     w_padded[i * width + j] = unit
                     w_t_padded[j * width + i] = unit
@@ -1034,7 +1022,16 @@ def _exact_range(
                 row_kept,
                 column_kept,
                 potential,
-                state,
+                row_potential,
+                row_distance,
+                row_reached,
+                row_parent,
+                row_settled,
+                column_potential,
+                column_distance,
+                column_reached,
+                column_parent,
+                column_settled,
             )
             for i in range(m):
                 for j in range(m):
