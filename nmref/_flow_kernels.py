@@ -47,6 +47,8 @@ SOLVED_TRUNCATED = 3
 POTENTIAL_LIMIT = np.int64(1) << np.int64(58)
 # Below every key of the start's selections (|w| < 2**54, |u|, |v| < 2**55 there).
 BELOW_ALL = -(np.int64(1) << np.int64(62))
+# Subtracted from kept entries in the direct moves: far below every dropped one.
+UNREACHABLE = np.int64(1) << np.int64(60)
 # Tiles whose start is computed together, one per vector lane (_start_lanes).
 START_LANES = 32
 
@@ -483,39 +485,38 @@ def _ssp_tile(
     # same for deficit rows. These are the length-one augmenting paths, found
     # without a Dijkstra.
     for j in range(m):
-        column = j * width
+        column = np.uint64(j * width)
         while column_kept[j] < n:
-            best_row = -1
-            best_value = np.int64(0)
+            # The best dropped entry (kept ones sink below every dropped one).
+            best_row = np.int64(0)
+            best_value = BELOW_ALL
             for i in range(m):
-                if not kept_t[column + i]:
-                    value = w_t[column + i] - row_potential[i]
-                    if best_row < 0 or value > best_value:
-                        best_row = i
-                        best_value = value
+                k = column + np.uint64(i)
+                value = w_t[k] - row_potential[i] - kept_t[k] * UNREACHABLE
+                best_row += (i - best_row) * np.int64(value > best_value)
+                best_value = max(value, best_value)
             if row_kept[best_row] >= n:
                 break
-            kept[best_row * width + j] = 1
-            kept_t[column + best_row] = 1
+            kept[np.uint64(best_row * width + j)] = 1
+            kept_t[column + np.uint64(best_row)] = 1
             row_kept[best_row] += 1
             column_kept[j] += 1
             flow += 1
             column_potential[j] = -best_value
     for i in range(m):
-        row = i * width
+        row = np.uint64(i * width)
         while row_kept[i] < n:
-            best_column = -1
-            best_value = np.int64(0)
+            best_column = np.int64(0)
+            best_value = BELOW_ALL
             for j in range(m):
-                if not kept[row + j]:
-                    value = w[row + j] + column_potential[j]
-                    if best_column < 0 or value > best_value:
-                        best_column = j
-                        best_value = value
+                k = row + np.uint64(j)
+                value = w[k] + column_potential[j] - kept[k] * UNREACHABLE
+                best_column += (j - best_column) * np.int64(value > best_value)
+                best_value = max(value, best_value)
             if column_kept[best_column] >= n:
                 break
-            kept[row + best_column] = 1
-            kept_t[best_column * width + i] = 1
+            kept[row + np.uint64(best_column)] = 1
+            kept_t[np.uint64(best_column * width + i)] = 1
             row_kept[i] += 1
             column_kept[best_column] += 1
             flow += 1
