@@ -49,6 +49,12 @@ POTENTIAL_LIMIT = np.int64(1) << np.int64(58)
 BELOW_ALL = -(np.int64(1) << np.int64(62))
 # Subtracted from kept entries in the direct moves: far below every dropped one.
 UNREACHABLE = np.int64(1) << np.int64(60)
+# Rows of the per-node state of _ssp_tile: one 2-D array instead of one
+# array per field, because Numba updates the reference count of every array
+# argument (atomically) on each call.
+_ROW_POTENTIAL, _ROW_DISTANCE, _ROW_REACHED, _ROW_PARENT, _ROW_SETTLED, _ROW_KEPT = range(6)
+_COLUMN_POTENTIAL, _COLUMN_DISTANCE, _COLUMN_REACHED, _COLUMN_PARENT = range(6, 10)
+_COLUMN_SETTLED, _COLUMN_KEPT = 10, 11
 # Tiles whose start is computed together, one per vector lane (_start_lanes).
 START_LANES = 32
 
@@ -426,28 +432,7 @@ def _start_lanes(
 
 
 @numba.njit(cache=True, nogil=True)
-def _ssp_tile(
-    w,
-    w_t,
-    kept,
-    kept_t,
-    m,
-    n,
-    width,
-    row_kept,
-    column_kept,
-    potential,
-    row_potential,
-    row_distance,
-    row_reached,
-    row_parent,
-    row_settled,
-    column_potential,
-    column_distance,
-    column_reached,
-    column_parent,
-    column_settled,
-):  # pragma: no cover
+def _ssp_tile(w, w_t, kept, kept_t, m, n, width, potential, nodes):  # pragma: no cover
     """Successive shortest paths on one tile (see nmref.flow.successive_shortest_paths).
 
     Tile ``w[i * width + j]`` (int64 units), ``kept`` (int64 0/1) and their
@@ -461,7 +446,8 @@ def _ssp_tile(
 
     Differs from the teaching version only in the start: instead of an empty
     flow it starts from the partial b-matching of :func:`_start_lanes` passed
-    in ``kept``, ``potential``, ``row_kept`` and ``column_kept``, which already
+    in ``kept``, ``potential`` and the kept counts ``nodes[_ROW_KEPT]`` and
+    ``nodes[_COLUMN_KEPT]``, which already
     satisfies complementary slackness, so only the deficit, a few of the
     ``n m`` units on random data, needs augmenting paths. The source and sink
     potentials are reset before every Dijkstra (arcs into the source and out
@@ -469,58 +455,59 @@ def _ssp_tile(
     invariant to keep is non-negative reduced cost on row/column arcs. The
     relaxations use arithmetic (min, max, multiply) instead of branches,
     because mispredicted branches dominated the scans on random data.
-    ``row_*`` and ``column_*`` (int64, ``width``) hold the per-node state:
-    potential, distance, tentative distance, parent, settled.
+    ``nodes`` (int64, 12 x ``width``) holds the per-row and per-column state
+    (rows ``_ROW_*`` and ``_COLUMN_*``: potential, distance, tentative
+    distance, parent, settled, kept count).
     """
     for i in range(width):
-        row_potential[i] = potential[1 + i] if i < m else 0
-        column_potential[i] = potential[m + 1 + i] if i < m else 0
-        row_parent[i] = -1
-        column_parent[i] = 0
+        nodes[_ROW_POTENTIAL, i] = potential[1 + i] if i < m else 0
+        nodes[_COLUMN_POTENTIAL, i] = potential[m + 1 + i] if i < m else 0
+        nodes[_ROW_PARENT, i] = -1
+        nodes[_COLUMN_PARENT, i] = 0
     flow = 0
     for i in range(m):
-        flow += row_kept[i]
+        flow += nodes[_ROW_KEPT, i]
     # --- direct moves: a deficit column takes its best dropped entry when that
     # entry's row has room (lowering v keeps complementary slackness); then the
     # same for deficit rows. These are the length-one augmenting paths, found
     # without a Dijkstra.
     for j in range(m):
         column = np.uint64(j * width)
-        while column_kept[j] < n:
+        while nodes[_COLUMN_KEPT, j] < n:
             # The best dropped entry (kept ones sink below every dropped one).
             best_row = np.int64(0)
             best_value = BELOW_ALL
             for i in range(m):
                 k = column + np.uint64(i)
-                value = w_t[k] - row_potential[i] - kept_t[k] * UNREACHABLE
+                value = w_t[k] - nodes[_ROW_POTENTIAL, i] - kept_t[k] * UNREACHABLE
                 best_row += (i - best_row) * np.int64(value > best_value)
                 best_value = max(value, best_value)
-            if row_kept[best_row] >= n:
+            if nodes[_ROW_KEPT, best_row] >= n:
                 break
             kept[np.uint64(best_row * width + j)] = 1
             kept_t[column + np.uint64(best_row)] = 1
-            row_kept[best_row] += 1
-            column_kept[j] += 1
+            nodes[_ROW_KEPT, best_row] += 1
+            nodes[_COLUMN_KEPT, j] += 1
             flow += 1
-            column_potential[j] = -best_value
+            nodes[_COLUMN_POTENTIAL, j] = -best_value
     for i in range(m):
         row = np.uint64(i * width)
-        while row_kept[i] < n:
+        while nodes[_ROW_KEPT, i] < n:
             best_column = np.int64(0)
             best_value = BELOW_ALL
             for j in range(m):
                 k = row + np.uint64(j)
-                value = w[k] + column_potential[j] - kept[k] * UNREACHABLE
+                value = w[k] + nodes[_COLUMN_POTENTIAL, j] - kept[k] * UNREACHABLE
                 best_column += (j - best_column) * np.int64(value > best_value)
                 best_value = max(value, best_value)
-            if column_kept[best_column] >= n:
+            if nodes[_COLUMN_KEPT, best_column] >= n:
                 break
             kept[row + np.uint64(best_column)] = 1
             kept_t[np.uint64(best_column * width + i)] = 1
-            row_kept[i] += 1
-            column_kept[best_column] += 1
+            nodes[_ROW_KEPT, i] += 1
+            nodes[_COLUMN_KEPT, best_column] += 1
             flow += 1
-            row_potential[i] = best_value
+            nodes[_ROW_POTENTIAL, i] = best_value
     # --- successive shortest paths for the rest ------------------------------
     unreached = np.int64(1) << np.int64(62)  # above every distance (max_unit_bits)
     while flow < n * m:
@@ -529,29 +516,35 @@ def _ssp_tile(
         # tile ever exceed it, give it back (the caller solves it in Python).
         over = False
         for i in range(m):
-            over |= abs(row_potential[i]) > POTENTIAL_LIMIT
-            over |= abs(column_potential[i]) > POTENTIAL_LIMIT
+            over |= abs(nodes[_ROW_POTENTIAL, i]) > POTENTIAL_LIMIT
+            over |= abs(nodes[_COLUMN_POTENTIAL, i]) > POTENTIAL_LIMIT
         if over:
             return False
         # Source/sink potentials that make their arcs' reduced costs >= 0.
         source_potential = -unreached
         for i in range(m):
-            p = row_potential[i]
-            source_potential = p if (row_kept[i] < n and p > source_potential) else source_potential
+            p = nodes[_ROW_POTENTIAL, i]
+            source_potential = (
+                p if (nodes[_ROW_KEPT, i] < n and p > source_potential) else source_potential
+            )
         sink_potential = unreached
         for j in range(m):
-            p = column_potential[j]
-            sink_potential = p if (column_kept[j] < n and p < sink_potential) else sink_potential
+            p = nodes[_COLUMN_POTENTIAL, j]
+            sink_potential = (
+                p if (nodes[_COLUMN_KEPT, j] < n and p < sink_potential) else sink_potential
+            )
         # ``*_reached`` hold tentative distances of unsettled nodes (unreached
         # and settled ones sit at ``unreached``), so picking the next node is a
         # plain minimum scan.
         for i in range(width):
-            row_settled[i] = 0
-            column_settled[i] = 0
-            column_reached[i] = unreached
-            deficit = i < m and row_kept[i] < n
-            row_reached[i] = source_potential - row_potential[i] if deficit else unreached
-            row_parent[i] = -1
+            nodes[_ROW_SETTLED, i] = 0
+            nodes[_COLUMN_SETTLED, i] = 0
+            nodes[_COLUMN_REACHED, i] = unreached
+            deficit = i < m and nodes[_ROW_KEPT, i] < n
+            nodes[_ROW_REACHED, i] = (
+                source_potential - nodes[_ROW_POTENTIAL, i] if deficit else unreached
+            )
+            nodes[_ROW_PARENT, i] = -1
         sink_reached = unreached
         sink_parent = -1
         sink_distance = unreached
@@ -560,49 +553,51 @@ def _ssp_tile(
             best_row_distance = unreached
             best_column_distance = unreached
             for i in range(width):
-                best_row_distance = min(best_row_distance, row_reached[i])
-                best_column_distance = min(best_column_distance, column_reached[i])
+                best_row_distance = min(best_row_distance, nodes[_ROW_REACHED, i])
+                best_column_distance = min(best_column_distance, nodes[_COLUMN_REACHED, i])
             best_distance = min(min(best_row_distance, best_column_distance), sink_reached)
             if best_row_distance == best_distance:
                 i = 0
-                while row_reached[i] != best_distance:
+                while nodes[_ROW_REACHED, i] != best_distance:
                     i += 1
-                row_settled[i] = 1
-                row_distance[i] = best_distance
-                row_reached[i] = unreached
+                nodes[_ROW_SETTLED, i] = 1
+                nodes[_ROW_DISTANCE, i] = best_distance
+                nodes[_ROW_REACHED, i] = unreached
                 # A row: arcs to the columns of its dropped entries.
-                base = best_distance + row_potential[i]
+                base = best_distance + nodes[_ROW_POTENTIAL, i]
                 row = np.uint64(i * width)  # unsigned: indexing without wraparound code
                 for j in range(width):
-                    blocked = kept[row + np.uint64(j)] | column_settled[j]
+                    blocked = kept[row + np.uint64(j)] | nodes[_COLUMN_SETTLED, j]
                     # Real arcs have candidate >= 0; a blocked one is lifted to >= unreached.
                     candidate = max(
-                        base - w[row + np.uint64(j)] - column_potential[j], blocked * unreached
+                        base - w[row + np.uint64(j)] - nodes[_COLUMN_POTENTIAL, j],
+                        blocked * unreached,
                     )
-                    old = column_reached[j]
+                    old = nodes[_COLUMN_REACHED, j]
                     better = np.int64(candidate < old)
-                    column_reached[j] = min(candidate, old)
-                    column_parent[j] += (i - column_parent[j]) * better
+                    nodes[_COLUMN_REACHED, j] = min(candidate, old)
+                    nodes[_COLUMN_PARENT, j] += (i - nodes[_COLUMN_PARENT, j]) * better
             elif best_column_distance == best_distance:
                 j = 0
-                while column_reached[j] != best_distance:
+                while nodes[_COLUMN_REACHED, j] != best_distance:
                     j += 1
-                column_settled[j] = 1
-                column_distance[j] = best_distance
-                column_reached[j] = unreached
+                nodes[_COLUMN_SETTLED, j] = 1
+                nodes[_COLUMN_DISTANCE, j] = best_distance
+                nodes[_COLUMN_REACHED, j] = unreached
                 # A column: arcs back to the rows of its kept entries, and to the sink.
-                base = best_distance + column_potential[j]
+                base = best_distance + nodes[_COLUMN_POTENTIAL, j]
                 column = np.uint64(j * width)
                 for i in range(width):
-                    blocked = (1 - kept_t[column + np.uint64(i)]) | row_settled[i]
+                    blocked = (1 - kept_t[column + np.uint64(i)]) | nodes[_ROW_SETTLED, i]
                     candidate = max(
-                        base + w_t[column + np.uint64(i)] - row_potential[i], blocked * unreached
+                        base + w_t[column + np.uint64(i)] - nodes[_ROW_POTENTIAL, i],
+                        blocked * unreached,
                     )
-                    old = row_reached[i]
+                    old = nodes[_ROW_REACHED, i]
                     better = np.int64(candidate < old)
-                    row_reached[i] = min(candidate, old)
-                    row_parent[i] += (j - row_parent[i]) * better
-                if column_kept[j] < n:
+                    nodes[_ROW_REACHED, i] = min(candidate, old)
+                    nodes[_ROW_PARENT, i] += (j - nodes[_ROW_PARENT, i]) * better
+                if nodes[_COLUMN_KEPT, j] < n:
                     candidate = base - sink_potential
                     if candidate < sink_reached:
                         sink_reached = candidate
@@ -615,28 +610,35 @@ def _ssp_tile(
                 sink_distance = best_distance
                 break
         for i in range(m):
-            row_potential[i] += row_distance[i] if row_settled[i] else sink_distance
-            column_potential[i] += column_distance[i] if column_settled[i] else sink_distance
+            nodes[_ROW_POTENTIAL, i] += (
+                nodes[_ROW_DISTANCE, i] if nodes[_ROW_SETTLED, i] else sink_distance
+            )
+            nodes[_COLUMN_POTENTIAL, i] += (
+                nodes[_COLUMN_DISTANCE, i] if nodes[_COLUMN_SETTLED, i] else sink_distance
+            )
         # Augment: the sink's column gains a unit; walk back keeping the
         # row -> column entries and dropping the column -> row ones.
         j = sink_parent
-        column_kept[j] += 1
+        nodes[_COLUMN_KEPT, j] += 1
         while True:
-            i = column_parent[j]
+            i = nodes[_COLUMN_PARENT, j]
             kept[i * width + j] = 1
             kept_t[j * width + i] = 1
-            previous = row_parent[i]
+            previous = nodes[_ROW_PARENT, i]
             if previous < 0:
-                row_kept[i] += 1
+                nodes[_ROW_KEPT, i] += 1
                 break
             kept[i * width + previous] = 0
             kept_t[previous * width + i] = 0
             j = previous
         flow += 1
     for i in range(m):
-        potential[1 + i] = row_potential[i]
-        potential[m + 1 + i] = column_potential[i]
-        if abs(row_potential[i]) > POTENTIAL_LIMIT or abs(column_potential[i]) > POTENTIAL_LIMIT:
+        potential[1 + i] = nodes[_ROW_POTENTIAL, i]
+        potential[m + 1 + i] = nodes[_COLUMN_POTENTIAL, i]
+        if (
+            abs(nodes[_ROW_POTENTIAL, i]) > POTENTIAL_LIMIT
+            or abs(nodes[_COLUMN_POTENTIAL, i]) > POTENTIAL_LIMIT
+        ):
             return False
     return True
 
@@ -898,25 +900,14 @@ def _exact_range(
     parent_entry = np.empty(2 * m, np.int64)
     significand = np.empty(m * m, np.int64)
     scale = np.empty(m * m, np.int64)
-    row_kept = np.empty(m, np.int64)
-    column_kept = np.empty(m, np.int64)
-    # The tile again, padded for _ssp_tile; the solver state (small ints only
-    # in the parent rows: the relaxations do arithmetic on them).
+    # The tile again, padded for _ssp_tile, and its solver state (zeroed: the
+    # relaxations do arithmetic on the parent rows).
     width = 16 * ((m + 15) // 16)
     w_padded = np.zeros(m * width, np.int64)
     w_t_padded = np.zeros(m * width, np.int64)
     kept_padded = np.ones(m * width, np.int64)  # padding: kept, so never an arc
     kept_t_padded = np.zeros(m * width, np.int64)  # padding: dropped, so never an arc
-    row_potential = np.zeros(width, np.int64)
-    row_distance = np.zeros(width, np.int64)
-    row_reached = np.zeros(width, np.int64)
-    row_parent = np.zeros(width, np.int64)
-    row_settled = np.zeros(width, np.int64)
-    column_potential = np.zeros(width, np.int64)
-    column_distance = np.zeros(width, np.int64)
-    column_reached = np.zeros(width, np.int64)
-    column_parent = np.zeros(width, np.int64)
-    column_settled = np.zeros(width, np.int64)
+    nodes = np.zeros((12, width), np.int64)
     for block in range(first, last, lanes):
         block_size = min(lanes, last - block)
         for b in range(block_size):
@@ -997,8 +988,8 @@ def _exact_range(
                     inexact[k] = block_inexact[b * m * m + k]
             # The tile out of its lane, row- and column-major.
             for i in range(m):
-                row_kept[i] = 0
-                column_kept[i] = 0
+                nodes[_ROW_KEPT, i] = 0
+                nodes[_COLUMN_KEPT, i] = 0
                 potential[1 + i] = row_start[i, b]
                 potential[m + 1 + i] = column_start[i, b]
             for i in range(m):
@@ -1010,29 +1001,10 @@ def _exact_range(
                     units[i * m + j] = unit
                     w_padded[i * width + j] = unit
                     w_t_padded[j * width + i] = unit
-                    row_kept[i] += keep
-                    column_kept[j] += keep
+                    nodes[_ROW_KEPT, i] += keep
+                    nodes[_COLUMN_KEPT, j] += keep
             ok = _ssp_tile(
-                w_padded,
-                w_t_padded,
-                kept_padded,
-                kept_t_padded,
-                m,
-                n,
-                width,
-                row_kept,
-                column_kept,
-                potential,
-                row_potential,
-                row_distance,
-                row_reached,
-                row_parent,
-                row_settled,
-                column_potential,
-                column_distance,
-                column_reached,
-                column_parent,
-                column_settled,
+                w_padded, w_t_padded, kept_padded, kept_t_padded, m, n, width, potential, nodes
             )
             for i in range(m):
                 for j in range(m):
