@@ -257,9 +257,11 @@ def _load_lanes(
     for t in range(block_size):
         r0 = r0s[t]
         c0 = c0s[t]
+        lane = np.uint64(t)
         for i in range(m):
+            row = np.uint64(r0 + i)
             for j in range(m):
-                words[i * m + j, t] = np.uint64(bits[r0 + i, c0 + j])
+                words[np.uint64(i * m + j), lane] = np.uint64(bits[row, np.uint64(c0 + j)])
     for t in range(block_size, lanes):
         for k in range(m * m):
             words[k, t] = 0
@@ -992,15 +994,20 @@ def _exact_range(
                 nodes[_COLUMN_KEPT, i] = 0
                 potential[1 + i] = row_start[i, b]
                 potential[m + 1 + i] = column_start[i, b]
+            lane = np.uint64(b)
             for i in range(m):
                 for j in range(m):
-                    keep = kept_lanes[i * m + j, b]
-                    kept_padded[i * width + j] = keep
-                    kept_t_padded[j * width + i] = keep
-                    unit = w_lanes[i * m + j, b]
-                    units[i * m + j] = unit
-                    w_padded[i * width + j] = unit
-                    w_t_padded[j * width + i] = unit
+                    # Unsigned: no negative-index wraparound code in this hot copy.
+                    entry = np.uint64(i * m + j)
+                    row_major = np.uint64(i * width + j)
+                    column_major = np.uint64(j * width + i)
+                    keep = kept_lanes[entry, lane]
+                    kept_padded[row_major] = keep
+                    kept_t_padded[column_major] = keep
+                    unit = w_lanes[entry, lane]
+                    units[entry] = unit
+                    w_padded[row_major] = unit
+                    w_t_padded[column_major] = unit
                     nodes[_ROW_KEPT, i] += keep
                     nodes[_COLUMN_KEPT, j] += keep
             ok = _ssp_tile(
@@ -1008,7 +1015,7 @@ def _exact_range(
             )
             for i in range(m):
                 for j in range(m):
-                    kept[i * m + j] = kept_padded[i * width + j] != 0
+                    kept[np.uint64(i * m + j)] = kept_padded[np.uint64(i * width + j)] != 0
             if ok and truncated:
                 ok = _certify_truncated(units, inexact, kept, potential, m)
             if not ok:
@@ -1030,10 +1037,11 @@ def _exact_range(
             for i in range(m):
                 row_potentials[t, i] = potential[1 + i]
                 column_potentials[t, i] = -potential[m + 1 + i]
+                row = np.uint64(r0 + i)
                 for j in range(m):
-                    mask[r0 + i, c0 + j] = kept[i * m + j]
-                    if kept[i * m + j]:
-                        total += units[i * m + j]
+                    keep = kept[np.uint64(i * m + j)]
+                    mask[row, np.uint64(c0 + j)] = keep
+                    total += units[np.uint64(i * m + j)] * np.int64(keep)
             kept_units[t] = total
 
 
