@@ -516,36 +516,36 @@ def _ssp_tile(w, w_t, kept, kept_t, m, n, width, potential, nodes):  # pragma: n
         # Overflow guard: with |potential| <= 2**58 and |w| < 2**54 every
         # distance and candidate of this Dijkstra stays below 2**62. Should a
         # tile ever exceed it, give it back (the caller solves it in Python).
-        over = False
-        for i in range(m):
-            over |= abs(nodes[_ROW_POTENTIAL, i]) > POTENTIAL_LIMIT
-            over |= abs(nodes[_COLUMN_POTENTIAL, i]) > POTENTIAL_LIMIT
+        # All loops below run over every lane and without branches, so they
+        # vectorise; padding lanes (potential 0) are masked out by ``real``.
+        over = np.int64(0)
+        source_potential = -unreached
+        sink_potential = unreached
+        for i in range(width):
+            row_potential = nodes[_ROW_POTENTIAL, i]
+            column_potential = nodes[_COLUMN_POTENTIAL, i]
+            over |= np.int64(abs(row_potential) > POTENTIAL_LIMIT)
+            over |= np.int64(abs(column_potential) > POTENTIAL_LIMIT)
+            # Source/sink potentials that make their arcs' reduced costs >= 0.
+            real = np.int64(i < m)
+            row_deficit = real * np.int64(nodes[_ROW_KEPT, i] < n)
+            column_deficit = real * np.int64(nodes[_COLUMN_KEPT, i] < n)
+            source_potential = max(source_potential, row_potential - (1 - row_deficit) * unreached)
+            sink_potential = min(
+                sink_potential, column_potential + (1 - column_deficit) * unreached
+            )
         if over:
             return False
-        # Source/sink potentials that make their arcs' reduced costs >= 0.
-        source_potential = -unreached
-        for i in range(m):
-            p = nodes[_ROW_POTENTIAL, i]
-            source_potential = (
-                p if (nodes[_ROW_KEPT, i] < n and p > source_potential) else source_potential
-            )
-        sink_potential = unreached
-        for j in range(m):
-            p = nodes[_COLUMN_POTENTIAL, j]
-            sink_potential = (
-                p if (nodes[_COLUMN_KEPT, j] < n and p < sink_potential) else sink_potential
-            )
-        # ``*_reached`` hold tentative distances of unsettled nodes (unreached
+        # ``*_REACHED`` hold tentative distances of unsettled nodes (unreached
         # and settled ones sit at ``unreached``), so picking the next node is a
         # plain minimum scan.
         for i in range(width):
             nodes[_ROW_SETTLED, i] = 0
             nodes[_COLUMN_SETTLED, i] = 0
             nodes[_COLUMN_REACHED, i] = unreached
-            deficit = i < m and nodes[_ROW_KEPT, i] < n
-            nodes[_ROW_REACHED, i] = (
-                source_potential - nodes[_ROW_POTENTIAL, i] if deficit else unreached
-            )
+            deficit = np.int64(i < m) * np.int64(nodes[_ROW_KEPT, i] < n)
+            from_source = source_potential - nodes[_ROW_POTENTIAL, i]
+            nodes[_ROW_REACHED, i] = deficit * from_source + (1 - deficit) * unreached
             nodes[_ROW_PARENT, i] = -1
         sink_reached = unreached
         sink_parent = -1
@@ -611,13 +611,16 @@ def _ssp_tile(w, w_t, kept, kept_t, m, n, width, potential, nodes):  # pragma: n
             else:
                 sink_distance = best_distance
                 break
-        for i in range(m):
-            nodes[_ROW_POTENTIAL, i] += (
-                nodes[_ROW_DISTANCE, i] if nodes[_ROW_SETTLED, i] else sink_distance
-            )
-            nodes[_COLUMN_POTENTIAL, i] += (
-                nodes[_COLUMN_DISTANCE, i] if nodes[_COLUMN_SETTLED, i] else sink_distance
-            )
+        # Over all lanes, without branches, so the loop vectorises; padding
+        # lanes keep potential 0.
+        for i in range(width):
+            real = np.int64(i < m)
+            settled = nodes[_ROW_SETTLED, i]
+            step = settled * nodes[_ROW_DISTANCE, i] + (1 - settled) * sink_distance
+            nodes[_ROW_POTENTIAL, i] += real * step
+            settled = nodes[_COLUMN_SETTLED, i]
+            step = settled * nodes[_COLUMN_DISTANCE, i] + (1 - settled) * sink_distance
+            nodes[_COLUMN_POTENTIAL, i] += real * step
         # Augment: the sink's column gains a unit; walk back keeping the
         # row -> column entries and dropping the column -> row ones.
         j = sink_parent
