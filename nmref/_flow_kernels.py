@@ -449,14 +449,15 @@ def _ssp_tile(w, w_t, kept, kept_t, m, n, width, potential, nodes):  # pragma: n
     Differs from the teaching version only in the start: instead of an empty
     flow it starts from the partial b-matching of :func:`_start_lanes` passed
     in ``kept``, ``potential`` and the kept counts ``nodes[_ROW_KEPT]`` and
-    ``nodes[_COLUMN_KEPT]``, which already
-    satisfies complementary slackness, so only the deficit, a few of the
-    ``n m`` units on random data, needs augmenting paths. The source and sink
-    potentials are reset before every Dijkstra (arcs into the source and out
-    of the sink never lie on a shortest source-sink path), so the only
-    invariant to keep is non-negative reduced cost on row/column arcs. The
-    relaxations use arithmetic (min, max, multiply) instead of branches,
-    because mispredicted branches dominated the scans on random data.
+    ``nodes[_COLUMN_KEPT]``, which already satisfies complementary slackness,
+    so only the deficit, a few of the ``n m`` units on random data, needs
+    augmenting paths. The source and sink potentials are reset before every
+    Dijkstra (arcs into the source and out of the sink never lie on a
+    shortest source-sink path), so the only invariant to keep is non-negative
+    reduced cost on row/column arcs. The loops use arithmetic (min, max,
+    multiply) instead of branches, because mispredicted branches dominated on
+    random data, and run over all ``width`` lanes where they can, so that
+    they vectorise.
     ``nodes`` (int64, 12 x ``width``) holds the per-row and per-column state
     (rows ``_ROW_*`` and ``_COLUMN_*``: potential, distance, tentative
     distance, parent, settled, kept count).
