@@ -109,8 +109,10 @@ class CalibrationPoint:
 
 
 def _point(raw: dict[str, Any]) -> CalibrationPoint:
-    gemms = tuple(Gemm(int(g["m"]), int(g["n"]), int(g["k"]), bool(g["sparse"]),
-                       int(g.get("count", 1))) for g in raw.get("gemms", ()))
+    gemms = tuple(
+        Gemm(int(g["m"]), int(g["n"]), int(g["k"]), bool(g["sparse"]), int(g.get("count", 1)))
+        for g in raw.get("gemms", ())
+    )
     return CalibrationPoint(
         id=str(raw["id"]),
         role=str(raw["role"]),
@@ -147,8 +149,9 @@ def load_points() -> tuple[CalibrationPoint, ...]:
     return points
 
 
-def compress_time_s(gpu: str, weight_bytes: float, parameters: GemmParameters | None = None
-                    ) -> float:
+def compress_time_s(
+    gpu: str, weight_bytes: float, parameters: GemmParameters | None = None
+) -> float:
     """Time of a runtime prune + compress pass over a dense weight of ``weight_bytes``.
 
     Modelled as a memory-bound pass at ``compress_bandwidth_fraction`` of DRAM
@@ -184,8 +187,7 @@ class Prediction:
         return self.dense_s / self.sparse_s
 
 
-def predict_point(point: CalibrationPoint, parameters: GemmParameters | None = None
-                  ) -> Prediction:
+def predict_point(point: CalibrationPoint, parameters: GemmParameters | None = None) -> Prediction:
     """Model dense and sparse time of a point's GEMM list (sparse adds compress passes)."""
     params = parameters if parameters is not None else default_parameters()
     dense = sparse = 0.0
@@ -193,8 +195,12 @@ def predict_point(point: CalibrationPoint, parameters: GemmParameters | None = N
         d = gemm_time(point.gpu, g.m, g.n, g.k, dtype=point.dtype, parameters=params).time_s
         dense += g.count * d
         if g.sparse:
-            sparse += g.count * gemm_time(point.gpu, g.m, g.n, g.k, dtype=point.dtype,
-                                          sparse="2:4", parameters=params).time_s
+            sparse += (
+                g.count
+                * gemm_time(
+                    point.gpu, g.m, g.n, g.k, dtype=point.dtype, sparse="2:4", parameters=params
+                ).time_s
+            )
         else:
             sparse += g.count * d
     if point.compress_weight_mib:
@@ -208,8 +214,9 @@ def _sweep_max_speedup(point: CalibrationPoint, params: GemmParameters) -> float
         for n in point.sweep:
             for k in point.sweep:
                 d = gemm_time(point.gpu, m, n, k, dtype=point.dtype, parameters=params)
-                s = gemm_time(point.gpu, m, n, k, dtype=point.dtype, sparse="2:4",
-                              parameters=params)
+                s = gemm_time(
+                    point.gpu, m, n, k, dtype=point.dtype, sparse="2:4", parameters=params
+                )
                 best = max(best, d.time_s / s.time_s)
     return best
 
@@ -243,8 +250,9 @@ def _params_from(x: dict[str, float], base: GemmParameters) -> GemmParameters:
     return base.replace(
         dense_compute_efficiency=dense_c,
         sparse_compute_efficiency=min(dense_c, dense_c * x["sparse_ratio"]),
-        sparse_memory_efficiency=min(base.dense_memory_efficiency,
-                                     base.dense_memory_efficiency * x["sparse_memory_ratio"]),
+        sparse_memory_efficiency=min(
+            base.dense_memory_efficiency, base.dense_memory_efficiency * x["sparse_memory_ratio"]
+        ),
     )
 
 
@@ -265,8 +273,9 @@ def _golden(f: Callable[[float], float], lo: float, hi: float, iterations: int) 
     return c if fc <= fd else d
 
 
-def fit_parameters(points: Sequence[CalibrationPoint], *, sweeps: int = 4,
-                   iterations: int = 30) -> GemmParameters:
+def fit_parameters(
+    points: Sequence[CalibrationPoint], *, sweeps: int = 4, iterations: int = 30
+) -> GemmParameters:
     """Fit :data:`FITTED` on ``points`` (the others fixed at :data:`ASSUMED`).
 
     Parameters
@@ -298,15 +307,20 @@ def fit_parameters(points: Sequence[CalibrationPoint], *, sweeps: int = 4,
     x = {"dense_compute_efficiency": 0.7, "sparse_ratio": 0.7, "sparse_memory_ratio": 0.5}
     for _ in range(sweeps):
         for name, (lo, hi) in _BOUNDS.items():
+
             def loss_at(value: float, name: str = name) -> float:
                 return _loss(usable, _params_from({**x, name: value}, base))
+
             x[name] = _golden(loss_at, lo, hi, iterations)
     fitted = _params_from(x, base)
     # Round the stored values so the data file and a refit agree digit for digit.
-    fitted = fitted.replace(**{name: round(getattr(fitted, name), 4) for name in FITTED},
-                            compress_bandwidth_fraction=round(base.compress_bandwidth_fraction, 6))
-    return fitted.replace(provenance="fitted by nmsim calibrate on: "
-                          + ", ".join(p.id for p in usable))
+    fitted = fitted.replace(
+        **{name: round(getattr(fitted, name), 4) for name in FITTED},
+        compress_bandwidth_fraction=round(base.compress_bandwidth_fraction, 6),
+    )
+    return fitted.replace(
+        provenance="fitted by nmsim calibrate on: " + ", ".join(p.id for p in usable)
+    )
 
 
 # --------------------------------------------------------------------------- report
@@ -352,7 +366,8 @@ class CalibrationReport:
 
         out = asdict(self)
         out["parameters"] = {
-            key: value for key, value in asdict(self.parameters).items()
+            key: value
+            for key, value in asdict(self.parameters).items()
             if key not in ("tiles", "split_k")
         }
         return out
@@ -362,8 +377,9 @@ def _error_pct(predicted: float, measured: float) -> float:
     return abs(predicted - measured) / measured * 100.0
 
 
-def calibrate(points: Sequence[CalibrationPoint] | None = None, *,
-              leave_one_out: bool = True) -> CalibrationReport:
+def calibrate(
+    points: Sequence[CalibrationPoint] | None = None, *, leave_one_out: bool = True
+) -> CalibrationReport:
     """Fit on the ``train`` points and report every point.
 
     Parameters
@@ -399,59 +415,92 @@ def calibrate(points: Sequence[CalibrationPoint] | None = None, *,
             assert measured is not None
             pred = predict_point(p, params)
             loo_pred = loo.get(p.id)
-            rows.append(PointResult(
-                id=p.id, role=p.role, gpu=p.gpu, measured_speedup=measured,
-                predicted_speedup=pred.speedup,
-                speedup_error_pct=_error_pct(pred.speedup, measured),
-                measured_dense_us=p.dense_us, predicted_dense_us=pred.dense_s * 1e6,
-                measured_sparse_us=p.sparse_us, predicted_sparse_us=pred.sparse_s * 1e6,
-                loo_predicted_speedup=loo_pred,
-                loo_error_pct=None if loo_pred is None else _error_pct(loo_pred, measured),
-                detail=p.workload, source=p.source,
-            ))
+            rows.append(
+                PointResult(
+                    id=p.id,
+                    role=p.role,
+                    gpu=p.gpu,
+                    measured_speedup=measured,
+                    predicted_speedup=pred.speedup,
+                    speedup_error_pct=_error_pct(pred.speedup, measured),
+                    measured_dense_us=p.dense_us,
+                    predicted_dense_us=pred.dense_s * 1e6,
+                    measured_sparse_us=p.sparse_us,
+                    predicted_sparse_us=pred.sparse_s * 1e6,
+                    loo_predicted_speedup=loo_pred,
+                    loo_error_pct=None if loo_pred is None else _error_pct(loo_pred, measured),
+                    detail=p.workload,
+                    source=p.source,
+                )
+            )
         elif p.role == "check":
             assert p.max_speedup is not None
-            value = (_sweep_max_speedup(p, params) if p.sweep
-                     else predict_point(p, params).speedup)
-            rows.append(PointResult(
-                id=p.id, role=p.role, gpu=p.gpu, measured_speedup=None,
-                predicted_speedup=value, speedup_error_pct=None,
-                passed=value <= p.max_speedup, detail=p.check, source=p.source,
-            ))
+            value = _sweep_max_speedup(p, params) if p.sweep else predict_point(p, params).speedup
+            rows.append(
+                PointResult(
+                    id=p.id,
+                    role=p.role,
+                    gpu=p.gpu,
+                    measured_speedup=None,
+                    predicted_speedup=value,
+                    speedup_error_pct=None,
+                    passed=value <= p.max_speedup,
+                    detail=p.check,
+                    source=p.source,
+                )
+            )
         elif p.role == "overhead":
             assert p.weight_mib is not None and p.time_us is not None
             predicted = compress_time_s(p.gpu, p.weight_mib * 2**20, params) * 1e6
-            rows.append(PointResult(
-                id=p.id, role=p.role, gpu=p.gpu, measured_speedup=None,
-                predicted_speedup=None, speedup_error_pct=None,
-                detail=f"compress {p.weight_mib} MiB: measured {p.time_us} us, "
-                       f"model {predicted:.1f} us (defines compress_bandwidth_fraction)",
-                source=p.source,
-            ))
+            rows.append(
+                PointResult(
+                    id=p.id,
+                    role=p.role,
+                    gpu=p.gpu,
+                    measured_speedup=None,
+                    predicted_speedup=None,
+                    speedup_error_pct=None,
+                    detail=f"compress {p.weight_mib} MiB: measured {p.time_us} us, "
+                    f"model {predicted:.1f} us (defines compress_bandwidth_fraction)",
+                    source=p.source,
+                )
+            )
         else:
             detail = p.reason
             if p.range_tokens and p.gemms:
                 low, high = _token_range(p, params)
                 detail += f" | model range {low:.2f}-{high:.2f}x over tokens {p.range_tokens}"
-            rows.append(PointResult(
-                id=p.id, role=p.role, gpu=p.gpu, measured_speedup=measured,
-                predicted_speedup=None, speedup_error_pct=None, detail=detail,
-                source=p.source,
-            ))
+            rows.append(
+                PointResult(
+                    id=p.id,
+                    role=p.role,
+                    gpu=p.gpu,
+                    measured_speedup=measured,
+                    predicted_speedup=None,
+                    speedup_error_pct=None,
+                    detail=detail,
+                    source=p.source,
+                )
+            )
 
     def summary(values: list[float]) -> tuple[float | None, float | None]:
         return (statistics.median(values), max(values)) if values else (None, None)
 
-    held = [r.speedup_error_pct for r in rows
-            if r.role == "test" and r.speedup_error_pct is not None]
+    held = [
+        r.speedup_error_pct for r in rows if r.role == "test" and r.speedup_error_pct is not None
+    ]
     loo_errors = [r.loo_error_pct for r in rows if r.loo_error_pct is not None]
-    train_errors = [r.speedup_error_pct for r in rows
-                    if r.role == "train" and r.speedup_error_pct is not None]
+    train_errors = [
+        r.speedup_error_pct for r in rows if r.role == "train" and r.speedup_error_pct is not None
+    ]
     time_errors = [
         _error_pct(predicted, measured)
-        for r in rows if r.role in ("train", "test")
-        for predicted, measured in ((r.predicted_dense_us, r.measured_dense_us),
-                                    (r.predicted_sparse_us, r.measured_sparse_us))
+        for r in rows
+        if r.role in ("train", "test")
+        for predicted, measured in (
+            (r.predicted_dense_us, r.measured_dense_us),
+            (r.predicted_sparse_us, r.measured_sparse_us),
+        )
         if predicted is not None and measured is not None
     ]
     time_median, time_max = summary(time_errors)
@@ -465,20 +514,27 @@ def calibrate(points: Sequence[CalibrationPoint] | None = None, *,
     for arch in ("Hopper", "Blackwell", "Ada", "Ampere"):
         count = sum(get_gpu(p.gpu).architecture == arch for p in quantitative)
         if arch not in architectures:
-            warnings.append(f"no quantitative {arch} point: {arch} estimates are extrapolated "
-                            "from the fitted efficiencies and the datasheet peaks")
+            warnings.append(
+                f"no quantitative {arch} point: {arch} estimates are extrapolated "
+                "from the fitted efficiencies and the datasheet peaks"
+            )
         elif count < 2:
-            warnings.append(f"{arch}: a single point ({count}); its efficiencies are not "
-                            "validated separately")
+            warnings.append(
+                f"{arch}: a single point ({count}); its efficiencies are not validated separately"
+            )
     bad_checks = [r.id for r in rows if r.passed is False]
     if bad_checks:
         warnings.append("failed qualitative checks: " + ", ".join(bad_checks))
     return CalibrationReport(
-        parameters=params, rows=tuple(rows),
-        held_out_median_error_pct=held_median, held_out_max_error_pct=held_max,
-        loo_median_error_pct=loo_median, loo_max_error_pct=loo_max,
+        parameters=params,
+        rows=tuple(rows),
+        held_out_median_error_pct=held_median,
+        held_out_max_error_pct=held_max,
+        loo_median_error_pct=loo_median,
+        loo_max_error_pct=loo_max,
         train_median_error_pct=statistics.median(train_errors) if train_errors else None,
-        time_median_error_pct=time_median, time_max_error_pct=time_max,
+        time_median_error_pct=time_median,
+        time_max_error_pct=time_max,
         warnings=tuple(warnings),
     )
 
@@ -496,4 +552,3 @@ def parameters_toml(params: GemmParameters) -> str:
     for name in (*FITTED, *ASSUMED, "compress_bandwidth_fraction"):
         lines.append(f"{name} = {getattr(params, name)!r}")
     return "\n".join(lines) + "\n"
-

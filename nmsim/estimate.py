@@ -79,17 +79,40 @@ class StepEstimate:
         """Plain-JSON form."""
         from dataclasses import asdict
 
-        return {**asdict(self), "time_reduction": self.time_reduction,
-                "gemm_time_reduction": self.gemm_time_reduction, "notes": list(self.notes)}
+        return {
+            **asdict(self),
+            "time_reduction": self.time_reduction,
+            "gemm_time_reduction": self.gemm_time_reduction,
+            "notes": list(self.notes),
+        }
 
 
-def _gemm(gpu: str, m: int, n: int, k: int, dtype: str, pattern: Pattern | None,
-          params: GemmParameters | None, where: str, *, b_elements: int | None = None,
-          c_elements: int | None = None) -> float:
+def _gemm(
+    gpu: str,
+    m: int,
+    n: int,
+    k: int,
+    dtype: str,
+    pattern: Pattern | None,
+    params: GemmParameters | None,
+    where: str,
+    *,
+    b_elements: int | None = None,
+    c_elements: int | None = None,
+) -> float:
     try:
-        return gemm_time(gpu, m, n, k, dtype=dtype, sparse=pattern, incompatible="dense",
-                         parameters=params, b_elements=b_elements,
-                         c_elements=c_elements).time_s
+        return gemm_time(
+            gpu,
+            m,
+            n,
+            k,
+            dtype=dtype,
+            sparse=pattern,
+            incompatible="dense",
+            parameters=params,
+            b_elements=b_elements,
+            c_elements=c_elements,
+        ).time_s
     except ValueError as error:
         raise ValueError(f"{where}: {error}") from None
 
@@ -175,8 +198,10 @@ def estimate_step(
     runs_sparse = hardware_compatible(nm, hardware)
     notes: list[str] = []
     if method not in ("dense", "inference_only") and not runs_sparse:
-        notes.append(f"{nm} is not accelerated by {gpu_obj.key} {dtype} (needs {hardware}-"
-                     "compatible): sparse GEMMs are timed dense")
+        notes.append(
+            f"{nm} is not accelerated by {gpu_obj.key} {dtype} (needs {hardware}-"
+            "compatible): sparse GEMMs are timed dense"
+        )
     first_weight = next((i for i, layer in enumerate(layers) if layer.has_weight), None)
     gemms = GEMMS if mode == "train" else ("forward",)
 
@@ -186,16 +211,24 @@ def estimate_step(
     for phase in phases:
         for index, layer in enumerate(layers):
             rows = layer.positions * batch
-            sparse_layer = (method != "dense" and is_sparse_layer(layer, opts)
-                            and (mode == "inference" or method != "inference_only"))
+            sparse_layer = (
+                method != "dense"
+                and is_sparse_layer(layer, opts)
+                and (mode == "inference" or method != "inference_only")
+            )
             inference_sparse = mode == "inference" and sparse_layer
             if sparse_layer and layer.in_features % nm.m:
-                raise ValueError(f"layer {layer.name!r}: reduction length {layer.in_features} "
-                                 f"is not a multiple of M={nm.m}")
+                raise ValueError(
+                    f"layer {layer.name!r}: reduction length {layer.in_features} "
+                    f"is not a multiple of M={nm.m}"
+                )
             sparse_copies = 0  # sparse GEMMs that read this weight (W and/or W^T)
             for gemm in gemms:
-                if gemm == "input_grad" and index == first_weight and \
-                        not opts.count_first_layer_input_grad:
+                if (
+                    gemm == "input_grad"
+                    and index == first_weight
+                    and not opts.count_first_layer_input_grad
+                ):
                     continue
                 if not layer.has_weight:
                     shape = (layer.out_features, rows * layer.count, layer.in_features)
@@ -219,19 +252,38 @@ def estimate_step(
                     shape = (layer.out_features, layer.in_features, rows)
                     b_el = activation
                 where = f"layer {layer.name!r} {gemm}"
-                dense_t = layer.count * _gemm(gpu_obj.key, *shape, dtype, None, parameters,
-                                              where, b_elements=b_el, c_elements=c_el)
+                dense_t = layer.count * _gemm(
+                    gpu_obj.key,
+                    *shape,
+                    dtype,
+                    None,
+                    parameters,
+                    where,
+                    b_elements=b_el,
+                    c_elements=c_el,
+                )
                 if not sparse_layer:
                     density = 1.0
                 elif mode == "inference":
                     density = inference_density(method, nm)  # the deployed mask
                 else:
                     density = phase.densities.get(gemm)
-                use_sparse = (density < 1.0 and gemm != "weight_grad"
-                              and (mode == "train" or inference_sparse))
+                use_sparse = (
+                    density < 1.0
+                    and gemm != "weight_grad"
+                    and (mode == "train" or inference_sparse)
+                )
                 if use_sparse:
-                    t = layer.count * _gemm(gpu_obj.key, *shape, dtype, nm, parameters, where,
-                                            b_elements=b_el, c_elements=c_el)
+                    t = layer.count * _gemm(
+                        gpu_obj.key,
+                        *shape,
+                        dtype,
+                        nm,
+                        parameters,
+                        where,
+                        b_elements=b_el,
+                        c_elements=c_el,
+                    )
                     sparse_copies += 1
                 else:
                     t = dense_t
@@ -243,13 +295,17 @@ def estimate_step(
                 # a100-mlp-train-weight24 is charged this way). A separate backward mask
                 # needs its own pass.
                 passes = sparse_copies if method in SEPARATE_BACKWARD_MASK else 1
-                weight_bytes = (layer.out_features * layer.in_features * layer.count
-                                * DTYPE_BYTES[dtype])
-                compress += phase.fraction * passes * compress_time_s(
-                    gpu_obj.key, weight_bytes, parameters)
+                weight_bytes = (
+                    layer.out_features * layer.in_features * layer.count * DTYPE_BYTES[dtype]
+                )
+                compress += (
+                    phase.fraction * passes * compress_time_s(gpu_obj.key, weight_bytes, parameters)
+                )
     if mode == "train" and any(p.sparse_weight_gradient for p in phases):
-        notes.append("the output-sparse weight gradient cannot use sparse tensor cores "
-                     "(no weight operand): timed dense")
+        notes.append(
+            "the output-sparse weight gradient cannot use sparse tensor cores "
+            "(no weight operand): timed dense"
+        )
     if mode == "train" and method == "inference_only":
         notes.append("inference_only trains dense: no training speedup by construction")
 
@@ -258,21 +314,36 @@ def estimate_step(
     non_gemm = dense_gemm * non_gemm_fraction / (1.0 - non_gemm_fraction)
     if mode == "train":
         ideal = training_flops(layers, method, nm, options=opts, model_name=name)
-        hard = training_flops(layers, method, nm, options=opts, accounting="hardware",
-                              model_name=name)
+        hard = training_flops(
+            layers, method, nm, options=opts, accounting="hardware", model_name=name
+        )
         flop_ideal, flop_hardware = ideal.reduction, hard.reduction
     else:
         ideal = training_flops(layers, method, nm, options=opts, model_name=name)
-        hard = training_flops(layers, method, nm, options=opts, accounting="hardware",
-                              model_name=name)
+        hard = training_flops(
+            layers, method, nm, options=opts, accounting="hardware", model_name=name
+        )
         flop_ideal, flop_hardware = 1 / ideal.inference_ratio, 1 / hard.inference_ratio
-    notes.append(f"non-GEMM share of the dense step assumed {non_gemm_fraction:.0%} "
-                 "(unchanged by sparsity)")
+    notes.append(
+        f"non-GEMM share of the dense step assumed {non_gemm_fraction:.0%} (unchanged by sparsity)"
+    )
     return StepEstimate(
-        model=name, method=method, pattern=str(nm), gpu=gpu_obj.key, dtype=dtype, batch=batch,
-        mode=mode, dense_gemm_s=dense_gemm, gemm_s=method_gemm, non_gemm_s=non_gemm,
-        compress_s=compress, dense_step_s=dense_gemm + non_gemm,
-        step_s=method_gemm + non_gemm + compress, dense_per_gemm_s=dense_per,
-        per_gemm_s=method_per, flop_reduction_ideal=flop_ideal,
-        flop_reduction_hardware=flop_hardware, notes=tuple(notes),
+        model=name,
+        method=method,
+        pattern=str(nm),
+        gpu=gpu_obj.key,
+        dtype=dtype,
+        batch=batch,
+        mode=mode,
+        dense_gemm_s=dense_gemm,
+        gemm_s=method_gemm,
+        non_gemm_s=non_gemm,
+        compress_s=compress,
+        dense_step_s=dense_gemm + non_gemm,
+        step_s=method_gemm + non_gemm + compress,
+        dense_per_gemm_s=dense_per,
+        per_gemm_s=method_per,
+        flop_reduction_ideal=flop_ideal,
+        flop_reduction_hardware=flop_hardware,
+        notes=tuple(notes),
     )

@@ -151,8 +151,9 @@ class MethodOptions:
                 raise ValueError(f"keep_dense_roles: {role!r} is not one of {sorted(roles)}")
 
 
-def method_phases(method: str, pattern: str | Pattern, options: MethodOptions | None = None
-                  ) -> tuple[Phase, ...]:
+def method_phases(
+    method: str, pattern: str | Pattern, options: MethodOptions | None = None
+) -> tuple[Phase, ...]:
     """Training phases of ``method`` with an N:M ``pattern`` (density ``rho = N/M``).
 
     =================  =========  =========  ==================
@@ -185,9 +186,12 @@ def method_phases(method: str, pattern: str | Pattern, options: MethodOptions | 
     if method in ("forward_only", "srste"):
         return (Phase("sparse forward", 1.0, GemmDensities(rho, 1.0, 1.0)),)
     if method == "asp":
-        phases = [Phase("dense pre-training", opts.asp_dense_fraction, dense),
-                  Phase("sparse fine-tuning", 1.0 - opts.asp_dense_fraction,
-                        GemmDensities(rho, 1.0, 1.0))]
+        phases = [
+            Phase("dense pre-training", opts.asp_dense_fraction, dense),
+            Phase(
+                "sparse fine-tuning", 1.0 - opts.asp_dense_fraction, GemmDensities(rho, 1.0, 1.0)
+            ),
+        ]
         return tuple(p for p in phases if p.fraction > 0)
     if method in ("transposable", "bimask"):
         return (Phase("sparse forward + dX", 1.0, GemmDensities(rho, rho, 1.0)),)
@@ -195,18 +199,24 @@ def method_phases(method: str, pattern: str | Pattern, options: MethodOptions | 
         weight_grad = rho + opts.bame_update_overhead * (1.0 - rho)
         phases = [
             Phase("adaptation window (dense dW)", opts.bame_window, GemmDensities(rho, rho, 1.0)),
-            Phase("sparse fwd + bwd", 1.0 - opts.bame_window,
-                  GemmDensities(rho, rho, weight_grad), sparse_weight_gradient=True),
+            Phase(
+                "sparse fwd + bwd",
+                1.0 - opts.bame_window,
+                GemmDensities(rho, rho, weight_grad),
+                sparse_weight_gradient=True,
+            ),
         ]
         return tuple(p for p in phases if p.fraction > 0)
     if method == "all_sparse":
-        return (Phase("all sparse", 1.0, GemmDensities(rho, rho, rho),
-                      sparse_weight_gradient=True),)
+        return (
+            Phase("all sparse", 1.0, GemmDensities(rho, rho, rho), sparse_weight_gradient=True),
+        )
     raise ValueError(f"method={method!r} is unknown; known methods: {', '.join(METHODS)}")
 
 
-def bame_update_overhead(total_steps: int, config: object, candidate_fraction: float = 1.0
-                         ) -> float:
+def bame_update_overhead(
+    total_steps: int, config: object, candidate_fraction: float = 1.0
+) -> float:
     """``MethodOptions.bame_update_overhead`` implied by a BAME schedule: ``p = c U / S``.
 
     ``nmref.bame`` computes, besides the kept entries, every weight-gradient entry of every
@@ -251,8 +261,9 @@ def inference_density(method: str, pattern: str | Pattern) -> float:
 TWO_FOUR = Pattern(2, 4)
 
 
-def hardware_density(density: float, pattern: Pattern, *, weight_operand: bool,
-                     hardware: Pattern = TWO_FOUR) -> float:
+def hardware_density(
+    density: float, pattern: Pattern, *, weight_operand: bool, hardware: Pattern = TWO_FOUR
+) -> float:
     """Density a sparse tensor core actually executes for a GEMM of ideal ``density``.
 
     Only a GEMM whose weight operand carries the N:M pattern can use the sparse
@@ -332,29 +343,40 @@ class FlopReport:
     def as_dict(self) -> dict[str, object]:
         """Plain-JSON form (layers included)."""
         return {
-            "model": self.model, "method": self.method, "pattern": self.pattern,
+            "model": self.model,
+            "method": self.method,
+            "pattern": self.pattern,
             "accounting": self.accounting,
-            "phases": [{"name": p.name, "fraction": p.fraction,
-                        **{g: p.densities.get(g) for g in GEMMS}} for p in self.phases],
+            "phases": [
+                {"name": p.name, "fraction": p.fraction, **{g: p.densities.get(g) for g in GEMMS}}
+                for p in self.phases
+            ],
             "dense_forward_macs": self.dense_forward_macs,
             "dense_training_macs": self.dense_training_macs,
             "training_macs": self.training_macs,
             "per_gemm_macs": dict(self.per_gemm_macs),
-            "ratio": self.ratio, "reduction": self.reduction,
-            "inference_macs": self.inference_macs, "inference_ratio": self.inference_ratio,
-            "examples": self.examples, "epochs": self.epochs,
+            "ratio": self.ratio,
+            "reduction": self.reduction,
+            "inference_macs": self.inference_macs,
+            "inference_ratio": self.inference_ratio,
+            "examples": self.examples,
+            "epochs": self.epochs,
             "total_training_flops": self.total_training_flops,
             "dense_total_training_flops": self.dense_total_training_flops,
-            "layers": [{**layer.__dict__, "training_macs": layer.training_macs}
-                       for layer in self.layers],
+            "layers": [
+                {**layer.__dict__, "training_macs": layer.training_macs} for layer in self.layers
+            ],
             "notes": list(self.notes),
         }
 
 
 def is_sparse_layer(layer: Layer, options: MethodOptions) -> bool:
     """Whether ``layer`` carries the N:M mask under ``options``."""
-    return (layer.has_weight and layer.role not in options.keep_dense_roles
-            and layer.name not in options.keep_dense_names)
+    return (
+        layer.has_weight
+        and layer.role not in options.keep_dense_roles
+        and layer.name not in options.keep_dense_names
+    )
 
 
 def gemm_densities(phase: Phase, pattern: Pattern, accounting: Accounting) -> GemmDensities:
@@ -458,8 +480,11 @@ def training_flops(
                 f"layer {layer.name!r}: reduction length {layer.in_features} is not a multiple "
                 f"of M={nm.m}; keep it dense with MethodOptions(keep_dense_names=...)"
             )
-        if sparse and layer.out_features % nm.m and any(
-                p.densities.input_grad < 1.0 for p in phases):
+        if (
+            sparse
+            and layer.out_features % nm.m
+            and any(p.densities.input_grad < 1.0 for p in phases)
+        ):
             raise ValueError(
                 f"layer {layer.name!r}: {method} makes dX sparse with the mask N:M along the "
                 f"output axis, but out_features={layer.out_features} is not a multiple of "
@@ -467,9 +492,11 @@ def training_flops(
             )
         input_grad_counted = opts.count_first_layer_input_grad or index != first_weight
         # An activation-activation product has two input gradients and no weight gradient.
-        dense_gemms = {"forward": 1.0,
-                       "input_grad": float(input_grad_counted) * (1.0 if layer.has_weight else 2.0),
-                       "weight_grad": float(layer.has_weight)}
+        dense_gemms = {
+            "forward": 1.0,
+            "input_grad": float(input_grad_counted) * (1.0 if layer.has_weight else 2.0),
+            "weight_grad": float(layer.has_weight),
+        }
         totals = dict.fromkeys(GEMMS, 0.0)
         for phase in phases:
             dens = gemm_densities(phase, nm, accounting) if sparse else None
@@ -479,44 +506,71 @@ def training_flops(
         for gemm in GEMMS:
             per_gemm[gemm] += totals[gemm]
         dense_training += layer.macs * sum(dense_gemms.values())
-        rows.append(LayerFlops(layer.name, layer.role, sparse, float(layer.macs),
-                               totals["forward"], totals["input_grad"], totals["weight_grad"]))
+        rows.append(
+            LayerFlops(
+                layer.name,
+                layer.role,
+                sparse,
+                float(layer.macs),
+                totals["forward"],
+                totals["input_grad"],
+                totals["weight_grad"],
+            )
+        )
 
     if not opts.count_first_layer_input_grad:
         notes.append("dX of the first layer is not counted (the input needs no gradient)")
     if any(layer.role == "attention" for layer in layers):
-        notes.append("attention score/value products have no weight and stay dense; their "
-                     "two operand gradients are counted under input_grad")
+        notes.append(
+            "attention score/value products have no weight and stay dense; their "
+            "two operand gradients are counted under input_grad"
+        )
     if accounting == "hardware" and not hardware_compatible(nm, TWO_FOUR):
-        notes.append(f"{nm} is not 2:4-compatible: sparse tensor cores cannot run it, "
-                     "so the hardware accounting charges it as dense")
+        notes.append(
+            f"{nm} is not 2:4-compatible: sparse tensor cores cannot run it, "
+            "so the hardware accounting charges it as dense"
+        )
     elif accounting == "hardware" and nm.density < 0.5:
         notes.append(f"{nm} runs as 2:4 on sparse tensor cores: at most 2x per sparse GEMM")
     dense_forward = float(sum(layer.macs for layer in layers))
     inf_density = inference_density(method, nm)
     if accounting == "hardware" and inf_density < 1.0:
         inf_density = hardware_density(inf_density, nm, weight_operand=True)
-    inference = sum(layer.macs * (inf_density if method != "dense" and is_sparse_layer(layer, opts)
-                                  else 1.0) for layer in layers)
+    inference = sum(
+        layer.macs * (inf_density if method != "dense" and is_sparse_layer(layer, opts) else 1.0)
+        for layer in layers
+    )
     return FlopReport(
-        model=name, method=method, pattern=str(nm), accounting=accounting, phases=phases,
-        layers=tuple(rows), dense_forward_macs=dense_forward,
-        dense_training_macs=dense_training, training_macs=sum(per_gemm.values()),
-        per_gemm_macs=per_gemm, inference_macs=float(inference), examples=float(examples),
-        epochs=float(epochs), notes=tuple(notes),
+        model=name,
+        method=method,
+        pattern=str(nm),
+        accounting=accounting,
+        phases=phases,
+        layers=tuple(rows),
+        dense_forward_macs=dense_forward,
+        dense_training_macs=dense_training,
+        training_macs=sum(per_gemm.values()),
+        per_gemm_macs=per_gemm,
+        inference_macs=float(inference),
+        examples=float(examples),
+        epochs=float(epochs),
+        notes=tuple(notes),
     )
 
 
-def assumption_table(model: str | Sequence[Layer], pattern: str | Pattern,
-                     methods: Iterable[str] = tuple(METHODS)) -> list[dict[str, object]]:
+def assumption_table(
+    model: str | Sequence[Layer], pattern: str | Pattern, methods: Iterable[str] = tuple(METHODS)
+) -> list[dict[str, object]]:
     """Ratios of every method under both accountings, plus BAME readings.
 
     Shows what each accounting assumption yields instead of quoting one
     headline number (``bame.md`` §4.5).
     """
     rows: list[dict[str, object]] = []
-    baseline = {acc: training_flops(model, "srste", pattern, accounting=acc).training_macs
-                for acc in ("ideal", "hardware")}
+    baseline = {
+        acc: training_flops(model, "srste", pattern, accounting=acc).training_macs
+        for acc in ("ideal", "hardware")
+    }
     variants: list[tuple[str, str, MethodOptions]] = [(m, "", MethodOptions()) for m in methods]
     variants += [
         ("bame", "p=0.67 (avg. candidate dW)", MethodOptions(bame_update_overhead=0.67)),
@@ -530,14 +584,16 @@ def assumption_table(model: str | Sequence[Layer], pattern: str | Pattern,
         except ValueError as error:
             rows.append({"method": method, "variant": variant, "error": str(error)})
             continue
-        rows.append({
-            "method": method,
-            "variant": variant,
-            "ideal_ratio": ideal.ratio,
-            "ideal_vs_srste": baseline["ideal"] / ideal.training_macs,
-            "hardware_ratio": hardware.ratio,
-            "hardware_vs_srste": baseline["hardware"] / hardware.training_macs,
-            "inference_ratio": ideal.inference_ratio,
-            "hardware_inference_ratio": hardware.inference_ratio,
-        })
+        rows.append(
+            {
+                "method": method,
+                "variant": variant,
+                "ideal_ratio": ideal.ratio,
+                "ideal_vs_srste": baseline["ideal"] / ideal.training_macs,
+                "hardware_ratio": hardware.ratio,
+                "hardware_vs_srste": baseline["hardware"] / hardware.training_macs,
+                "inference_ratio": ideal.inference_ratio,
+                "hardware_inference_ratio": hardware.inference_ratio,
+            }
+        )
     return rows

@@ -116,16 +116,26 @@ class GemmParameters:
     sparse_memory_efficiency: float = 0.6
     launch_overhead_us: float = 5.0
     sparse_extra_overhead_us: float = 0.0
-    tiles: tuple[tuple[int, int], ...] = ((256, 128), (128, 256), (128, 128), (128, 64),
-                                          (64, 128), (64, 64))
+    tiles: tuple[tuple[int, int], ...] = (
+        (256, 128),
+        (128, 256),
+        (128, 128),
+        (128, 64),
+        (64, 128),
+        (64, 64),
+    )
     split_k: tuple[int, ...] = (1, 2, 4, 8, 16)
     balanced_tile_intensity: float = 64.0
     compress_bandwidth_fraction: float = 0.1
     provenance: str = "hand-set placeholder"
 
     def __post_init__(self) -> None:
-        for name in ("dense_compute_efficiency", "sparse_compute_efficiency",
-                     "dense_memory_efficiency", "sparse_memory_efficiency"):
+        for name in (
+            "dense_compute_efficiency",
+            "sparse_compute_efficiency",
+            "dense_memory_efficiency",
+            "sparse_memory_efficiency",
+        ):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"{name}={value} must be in (0, 1]")
@@ -148,9 +158,7 @@ class GemmParameters:
                 f"compress_bandwidth_fraction={self.compress_bandwidth_fraction} must be in (0, 1]"
             )
         if not self.balanced_tile_intensity > 0:
-            raise ValueError(
-                f"balanced_tile_intensity={self.balanced_tile_intensity} must be > 0"
-            )
+            raise ValueError(f"balanced_tile_intensity={self.balanced_tile_intensity} must be > 0")
         if not self.tiles or any(t[0] < 1 or t[1] < 1 for t in self.tiles):
             raise ValueError(f"tiles={self.tiles} must be a non-empty tuple of positive pairs")
         if 1 not in self.split_k or any(s < 1 for s in self.split_k):
@@ -447,10 +455,12 @@ def gemm_time(
     sms = int(gpu_obj.sms.value)
     # Vendor tables round dense and sparse peaks independently (L40S 362 / 733); the sparse
     # tensor cores run exactly 2x the dense math rate, so the sparse peak is capped at that.
-    peak_tflops = (min(peak.sparse_tflops, 2.0 * peak.dense_tflops) if sparse_path
-                   else peak.dense_tflops)
-    compute_eff = (params.sparse_compute_efficiency if sparse_path
-                   else params.dense_compute_efficiency)
+    peak_tflops = (
+        min(peak.sparse_tflops, 2.0 * peak.dense_tflops) if sparse_path else peak.dense_tflops
+    )
+    compute_eff = (
+        params.sparse_compute_efficiency if sparse_path else params.dense_compute_efficiency
+    )
     memory_eff = params.dense_memory_efficiency
     a_memory_eff = params.sparse_memory_efficiency if sparse_path else memory_eff
     # stored fraction of A's elements (values + metadata) and math speed vs dense
@@ -458,8 +468,9 @@ def gemm_time(
     math_speed = 1.0 / executed.density if executed is not None else 1.0
     flops_per_s_per_sm = peak_tflops * 1e12 / sms * compute_eff
     bytes_per_s = gpu_obj.memory_bandwidth_gb_s.value * 1e9 * memory_eff
-    overhead = (params.launch_overhead_us
-                + (params.sparse_extra_overhead_us if sparse_path else 0.0)) * 1e-6
+    overhead = (
+        params.launch_overhead_us + (params.sparse_extra_overhead_us if sparse_path else 0.0)
+    ) * 1e-6
 
     # ----- best tile configuration (what an autotuned library would pick)
     best: tuple[float, float, float, float, tuple[int, int], int, int] | None = None
@@ -472,11 +483,13 @@ def gemm_time(
             # it cannot keep the tensor cores busy (sparse math runs 2x, so needs 2x).
             intensity = tile[0] * tile[1] / (a_fraction * tile[0] + tile[1])
             feed = min(1.0, intensity / (params.balanced_tile_intensity * math_speed))
-            compute = (waves * 2.0 * tile[0] * tile[1] * math.ceil(k / split)
-                       / (flops_per_s_per_sm * feed))
+            compute = (
+                waves * 2.0 * tile[0] * tile[1] * math.ceil(k / split) / (flops_per_s_per_sm * feed)
+            )
             workspace = 0.0 if split == 1 else 2.0 * 4.0 * m * n * split
-            memory = ((a_values + a_metadata) / (bytes_per_s * a_memory_eff / memory_eff)
-                      + (b_bytes + c_bytes + workspace) / bytes_per_s)
+            memory = (a_values + a_metadata) / (bytes_per_s * a_memory_eff / memory_eff) + (
+                b_bytes + c_bytes + workspace
+            ) / bytes_per_s
             total = max(compute, memory) + overhead
             if best is None or total < best[0]:
                 best = (total, compute, memory, workspace, tile, split, waves)

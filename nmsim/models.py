@@ -62,8 +62,14 @@ class Layer:
     def __post_init__(self) -> None:
         if self.input_positions is None:
             object.__setattr__(self, "input_positions", self.positions)
-        for attr in ("out_features", "in_features", "positions", "count", "kernel_area",
-                     "input_positions"):
+        for attr in (
+            "out_features",
+            "in_features",
+            "positions",
+            "count",
+            "kernel_area",
+            "input_positions",
+        ):
             value = getattr(self, attr)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"layer {self.name!r}: {attr}={value!r} must be an integer >= 1")
@@ -86,15 +92,31 @@ class Layer:
 
 
 # --------------------------------------------------------------------------- ResNets
-def _conv(name: str, c_in: int, c_out: int, kernel: int, size_out: int, role: Role = "body",
-          size_in: int | None = None) -> Layer:
+def _conv(
+    name: str,
+    c_in: int,
+    c_out: int,
+    kernel: int,
+    size_out: int,
+    role: Role = "body",
+    size_in: int | None = None,
+) -> Layer:
     size_in = size_out if size_in is None else size_in
-    return Layer(name, "conv", c_out, c_in * kernel * kernel, size_out * size_out, role,
-                 kernel_area=kernel * kernel, input_positions=size_in * size_in)
+    return Layer(
+        name,
+        "conv",
+        c_out,
+        c_in * kernel * kernel,
+        size_out * size_out,
+        role,
+        kernel_area=kernel * kernel,
+        input_positions=size_in * size_in,
+    )
 
 
-def _resnet(blocks: Sequence[int], bottleneck: bool, image_size: int, classes: int
-            ) -> tuple[Layer, ...]:
+def _resnet(
+    blocks: Sequence[int], bottleneck: bool, image_size: int, classes: int
+) -> tuple[Layer, ...]:
     if image_size % 32:
         raise ValueError(f"image_size={image_size} must be a multiple of 32 for a ResNet")
     size = image_size // 2
@@ -116,8 +138,7 @@ def _resnet(blocks: Sequence[int], bottleneck: bool, image_size: int, classes: i
                 layers.append(_conv(f"{prefix}.conv1", c_in, width, 3, out_size, size_in=size))
                 layers.append(_conv(f"{prefix}.conv2", width, width, 3, out_size))
             if stride != 1 or c_in != c_out:
-                layers.append(_conv(f"{prefix}.downsample", c_in, c_out, 1, out_size,
-                                    size_in=size))
+                layers.append(_conv(f"{prefix}.downsample", c_in, c_out, 1, out_size, size_in=size))
             c_in, size = c_out, out_size
     layers.append(Layer("fc", "linear", classes, c_in, 1, "head"))
     return tuple(layers)
@@ -134,8 +155,9 @@ def resnet50(*, image_size: int = 224, classes: int = 1000) -> tuple[Layer, ...]
 
 
 # --------------------------------------------------------------------------- transformers
-def _encoder_block(prefix: str, tokens: int, dim: int, heads: int, hidden: int,
-                   fused_qkv: bool) -> list[Layer]:
+def _encoder_block(
+    prefix: str, tokens: int, dim: int, heads: int, hidden: int, fused_qkv: bool
+) -> list[Layer]:
     head_dim = dim // heads
     layers = (
         [Layer(f"{prefix}.attn.qkv", "linear", 3 * dim, dim, tokens)]
@@ -152,15 +174,24 @@ def _encoder_block(prefix: str, tokens: int, dim: int, heads: int, hidden: int,
     return layers
 
 
-def deit_small(*, image_size: int = 224, patch: int = 16, classes: int = 1000
-               ) -> tuple[Layer, ...]:
+def deit_small(*, image_size: int = 224, patch: int = 16, classes: int = 1000) -> tuple[Layer, ...]:
     """DeiT-small (Touvron et al. 2021): dim 384, 6 heads, depth 12, MLP 1536, cls token."""
     if image_size % patch:
         raise ValueError(f"image_size={image_size} must be a multiple of patch={patch}")
     patches = (image_size // patch) ** 2
     tokens = patches + 1
-    layers = [Layer("patch_embed", "conv", 384, 3 * patch * patch, patches, "stem",
-                    kernel_area=patch * patch, input_positions=image_size * image_size)]
+    layers = [
+        Layer(
+            "patch_embed",
+            "conv",
+            384,
+            3 * patch * patch,
+            patches,
+            "stem",
+            kernel_area=patch * patch,
+            input_positions=image_size * image_size,
+        )
+    ]
     for block in range(12):
         layers += _encoder_block(f"blocks.{block}", tokens, 384, 6, 1536, fused_qkv=True)
     layers.append(Layer("head", "linear", classes, 384, 1, "head"))
@@ -179,8 +210,7 @@ def bert_base(*, seq_len: int = 128) -> tuple[Layer, ...]:
     return tuple(layers)
 
 
-def llama_mlp(*, tokens: int = 2048, dim: int = 4096, hidden: int = 11008
-              ) -> tuple[Layer, ...]:
+def llama_mlp(*, tokens: int = 2048, dim: int = 4096, hidden: int = 11008) -> tuple[Layer, ...]:
     """One LLaMA-style gated MLP block (gate, up, down) over ``tokens`` tokens."""
     return (
         Layer("mlp.gate_proj", "linear", hidden, dim, tokens),
@@ -254,8 +284,9 @@ def layers_from_torch(module: Any, sample_input: Any) -> tuple[Layer, ...]:
             positions = inputs[0].numel() // mod.in_features
             if positions % batch:
                 raise ValueError(f"layer {name!r}: {positions} rows not divisible by batch {batch}")
-            records.append(Layer(name, "linear", mod.out_features, mod.in_features,
-                                 positions // batch))
+            records.append(
+                Layer(name, "linear", mod.out_features, mod.in_features, positions // batch)
+            )
         else:
             groups = int(mod.groups)
             kernel = 1
@@ -267,11 +298,18 @@ def layers_from_torch(module: Any, sample_input: Any) -> tuple[Layer, ...]:
             in_spatial = 1
             for size in inputs[0].shape[2:]:
                 in_spatial *= int(size)
-            records.append(Layer(name, "conv", mod.out_channels // groups,
-                                 mod.in_channels // groups * kernel,
-                                 spatial * int(output.shape[0]) // batch, count=groups,
-                                 kernel_area=kernel,
-                                 input_positions=in_spatial * int(output.shape[0]) // batch))
+            records.append(
+                Layer(
+                    name,
+                    "conv",
+                    mod.out_channels // groups,
+                    mod.in_channels // groups * kernel,
+                    spatial * int(output.shape[0]) // batch,
+                    count=groups,
+                    kernel_area=kernel,
+                    input_positions=in_spatial * int(output.shape[0]) // batch,
+                )
+            )
 
     traced = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
     handles = [m.register_forward_hook(hook) for m in module.modules() if isinstance(m, traced)]

@@ -78,26 +78,59 @@ def _run_gpus(args: argparse.Namespace) -> int:
     if args.json:
         from dataclasses import asdict
 
-        _json([{**asdict(g), "peaks": [{**asdict(p), "sparse_pattern": str(p.sparse_pattern)}
-                                       for p in g.peaks]} for g in gpus])
+        _json(
+            [
+                {
+                    **asdict(g),
+                    "peaks": [
+                        {**asdict(p), "sparse_pattern": str(p.sparse_pattern)} for p in g.peaks
+                    ],
+                }
+                for g in gpus
+            ]
+        )
         return 0
     rows = []
     for g in gpus:
+
         def peak(dtype: str, acc: str, g: Any = g) -> str:
             for p in g.peaks:
                 if p.input == dtype and p.accumulate == acc:
                     mark = "" if p.confirmed else "*"
                     return f"{_fmt(p.dense_tflops)}/{_fmt(p.sparse_tflops)}{mark}"
             return "-"
-        rows.append([g.key, g.architecture, _flag(g.sms), _flag(g.clock_mhz),
-                     _flag(g.memory_bandwidth_gb_s), _flag(g.l2_mb),
-                     peak("fp16", "fp32"), peak("fp16", "fp16"), peak("tf32", "fp32"),
-                     peak("fp8", "fp32"), peak("int8", "int32")])
+
+        rows.append(
+            [
+                g.key,
+                g.architecture,
+                _flag(g.sms),
+                _flag(g.clock_mhz),
+                _flag(g.memory_bandwidth_gb_s),
+                _flag(g.l2_mb),
+                peak("fp16", "fp32"),
+                peak("fp16", "fp16"),
+                peak("tf32", "fp32"),
+                peak("fp8", "fp32"),
+                peak("int8", "int32"),
+            ]
+        )
     _print_table(
         "GPUs (TFLOP/s dense/sparse; sparse = dense-equivalent 2:4, TF32 1:2; "
         "* = unconfirmed in the research notes)",
-        ["gpu", "arch", "SMs", "MHz", "GB/s", "L2 MB", "fp16/fp32acc", "fp16/fp16acc",
-         "tf32", "fp8/fp32acc", "int8"],
+        [
+            "gpu",
+            "arch",
+            "SMs",
+            "MHz",
+            "GB/s",
+            "L2 MB",
+            "fp16/fp32acc",
+            "fp16/fp16acc",
+            "tf32",
+            "fp8/fp32acc",
+            "int8",
+        ],
         rows,
     )
     return 0
@@ -111,8 +144,15 @@ def _run_gemm(args: argparse.Namespace) -> int:
     dense = gemm_time(args.gpu, args.m, args.n, args.k, **common)
     sparse = None
     if args.sparse is not None:
-        sparse = gemm_time(args.gpu, args.m, args.n, args.k, sparse=args.sparse,
-                           incompatible=args.incompatible, **common)
+        sparse = gemm_time(
+            args.gpu,
+            args.m,
+            args.n,
+            args.k,
+            sparse=args.sparse,
+            incompatible=args.incompatible,
+            **common,
+        )
     if args.json:
         out: dict[str, Any] = {"dense": dense.as_dict()}
         if sparse is not None:
@@ -135,12 +175,16 @@ def _run_gemm(args: argparse.Namespace) -> int:
         ("bytes B / C", lambda e: f"{_fmt(e.bytes_b)} / {_fmt(e.bytes_c)}"),
         ("tile, split-K, waves", lambda e: f"{e.tile[0]}x{e.tile[1]}, {e.split_k}, {e.waves}"),
         ("tile / wave efficiency", lambda e: f"{e.tile_efficiency:.3f} / {e.wave_efficiency:.3f}"),
-        ("compute / A-memory efficiency",
-         lambda e: f"{e.compute_efficiency:.3f} / {e.memory_efficiency:.3f}"),
+        (
+            "compute / A-memory efficiency",
+            lambda e: f"{e.compute_efficiency:.3f} / {e.memory_efficiency:.3f}",
+        ),
     ]
     rows = [[name, *(get(e) for _, e in estimates)] for name, get in fields]
-    title = (f"GEMM C[{args.m},{args.n}] = A[{args.m},{args.k}] B[{args.k},{args.n}] on "
-             f"{dense.gpu}, {dense.dtype} (acc {dense.accumulate})")
+    title = (
+        f"GEMM C[{args.m},{args.n}] = A[{args.m},{args.k}] B[{args.k},{args.n}] on "
+        f"{dense.gpu}, {dense.dtype} (acc {dense.accumulate})"
+    )
     _print_table(title, ["", *(label for label, _ in estimates)], rows)
     if sparse is not None:
         print(f"speedup dense/sparse: {dense.time_s / sparse.time_s:.3f}x")
@@ -168,9 +212,18 @@ def _run_flops(args: argparse.Namespace) -> int:
     from nmsim.flops import GEMMS, assumption_table, training_flops
 
     opts = _options(args)
-    reports = {acc: training_flops(args.model, args.method, args.pattern, accounting=acc,
-                                   options=opts, examples=args.examples, epochs=args.epochs)
-               for acc in ("ideal", "hardware")}
+    reports = {
+        acc: training_flops(
+            args.model,
+            args.method,
+            args.pattern,
+            accounting=acc,
+            options=opts,
+            examples=args.examples,
+            epochs=args.epochs,
+        )
+        for acc in ("ideal", "hardware")
+    }
     table = assumption_table(args.model, args.pattern) if args.compare else None
     if args.json:
         out: dict[str, Any] = {acc: r.as_dict() for acc, r in reports.items()}
@@ -182,42 +235,90 @@ def _run_flops(args: argparse.Namespace) -> int:
         _json(out)
         return 0
     ideal, hard = reports["ideal"], reports["hardware"]
-    print(f"{ideal.model}: dense forward {ideal.dense_forward_macs / 1e9:.4f} GMACs/example; "
-          f"method {args.method}, pattern {ideal.pattern}")
-    _print_table("phases (densities of the sparse layers' GEMMs)",
-                 ["phase", "share", *GEMMS],
-                 [[p.name, p.fraction, *(p.densities.get(g) for g in GEMMS)]
-                  for p in ideal.phases])
+    print(
+        f"{ideal.model}: dense forward {ideal.dense_forward_macs / 1e9:.4f} GMACs/example; "
+        f"method {args.method}, pattern {ideal.pattern}"
+    )
+    _print_table(
+        "phases (densities of the sparse layers' GEMMs)",
+        ["phase", "share", *GEMMS],
+        [[p.name, p.fraction, *(p.densities.get(g) for g in GEMMS)] for p in ideal.phases],
+    )
     rows = []
     for gemm in GEMMS:
         dense_gemm = sum(layer.dense_macs for layer in ideal.layers)
-        rows.append([gemm, ideal.per_gemm_macs[gemm] / 1e9, hard.per_gemm_macs[gemm] / 1e9,
-                     dense_gemm / 1e9])
-    rows.append(["training step", ideal.training_macs / 1e9, hard.training_macs / 1e9,
-                 ideal.dense_training_macs / 1e9])
-    _print_table("GMACs per example (FLOPs = 2 x MACs)",
-                 ["GEMM", "ideal", "2:4 hardware", "dense"], rows)
-    _print_table("summary", ["quantity", "ideal", "2:4 hardware"], [
-        ["training cost / dense", ideal.ratio, hard.ratio],
-        ["training FLOP reduction", ideal.reduction, hard.reduction],
-        ["inference forward / dense", ideal.inference_ratio, hard.inference_ratio],
-        [f"total training FLOPs ({args.epochs:g} epochs x {args.examples:g})",
-         ideal.total_training_flops, hard.total_training_flops],
-        ["dense total training FLOPs", ideal.dense_total_training_flops,
-         hard.dense_total_training_flops],
-    ])
+        rows.append(
+            [
+                gemm,
+                ideal.per_gemm_macs[gemm] / 1e9,
+                hard.per_gemm_macs[gemm] / 1e9,
+                dense_gemm / 1e9,
+            ]
+        )
+    rows.append(
+        [
+            "training step",
+            ideal.training_macs / 1e9,
+            hard.training_macs / 1e9,
+            ideal.dense_training_macs / 1e9,
+        ]
+    )
+    _print_table(
+        "GMACs per example (FLOPs = 2 x MACs)", ["GEMM", "ideal", "2:4 hardware", "dense"], rows
+    )
+    _print_table(
+        "summary",
+        ["quantity", "ideal", "2:4 hardware"],
+        [
+            ["training cost / dense", ideal.ratio, hard.ratio],
+            ["training FLOP reduction", ideal.reduction, hard.reduction],
+            ["inference forward / dense", ideal.inference_ratio, hard.inference_ratio],
+            [
+                f"total training FLOPs ({args.epochs:g} epochs x {args.examples:g})",
+                ideal.total_training_flops,
+                hard.total_training_flops,
+            ],
+            [
+                "dense total training FLOPs",
+                ideal.dense_total_training_flops,
+                hard.dense_total_training_flops,
+            ],
+        ],
+    )
     if args.layers:
-        _print_table("per layer (MACs per example, phase-weighted, ideal)",
-                     ["layer", "role", "sparse", "forward", "dX", "dW"],
-                     [[r.name, r.role, r.sparse, r.forward_macs, r.input_grad_macs,
-                       r.weight_grad_macs] for r in ideal.layers])
+        _print_table(
+            "per layer (MACs per example, phase-weighted, ideal)",
+            ["layer", "role", "sparse", "forward", "dX", "dW"],
+            [
+                [r.name, r.role, r.sparse, r.forward_macs, r.input_grad_macs, r.weight_grad_macs]
+                for r in ideal.layers
+            ],
+        )
     if table is not None:
-        _print_table(f"what each accounting assumption yields ({args.model}, {args.pattern})",
-                     ["method", "variant", "ideal/dense", "vs SR-STE", "2:4 hw/dense",
-                      "hw vs SR-STE", "inference"],
-                     [[r["method"], r["variant"], r.get("ideal_ratio"), r.get("ideal_vs_srste"),
-                       r.get("hardware_ratio"), r.get("hardware_vs_srste"),
-                       r.get("inference_ratio", r.get("error"))] for r in table])
+        _print_table(
+            f"what each accounting assumption yields ({args.model}, {args.pattern})",
+            [
+                "method",
+                "variant",
+                "ideal/dense",
+                "vs SR-STE",
+                "2:4 hw/dense",
+                "hw vs SR-STE",
+                "inference",
+            ],
+            [
+                [
+                    r["method"],
+                    r["variant"],
+                    r.get("ideal_ratio"),
+                    r.get("ideal_vs_srste"),
+                    r.get("hardware_ratio"),
+                    r.get("hardware_vs_srste"),
+                    r.get("inference_ratio", r.get("error")),
+                ]
+                for r in table
+            ],
+        )
     for note in (*ideal.notes, *hard.notes):
         print(f"note: {note}")
     return 0
@@ -227,10 +328,20 @@ def _run_flops(args: argparse.Namespace) -> int:
 def _run_estimate(args: argparse.Namespace) -> int:
     from nmsim.estimate import DEFAULT_NON_GEMM_FRACTION, estimate_step
 
-    fraction = (DEFAULT_NON_GEMM_FRACTION if args.non_gemm_fraction is None
-                else args.non_gemm_fraction)
-    est = estimate_step(args.model, args.method, args.pattern, args.gpu, args.batch, args.dtype,
-                        mode=args.mode, options=_options(args), non_gemm_fraction=fraction)
+    fraction = (
+        DEFAULT_NON_GEMM_FRACTION if args.non_gemm_fraction is None else args.non_gemm_fraction
+    )
+    est = estimate_step(
+        args.model,
+        args.method,
+        args.pattern,
+        args.gpu,
+        args.batch,
+        args.dtype,
+        mode=args.mode,
+        options=_options(args),
+        non_gemm_fraction=fraction,
+    )
     if args.json:
         _json(est.as_dict())
         return 0
@@ -241,14 +352,22 @@ def _run_estimate(args: argparse.Namespace) -> int:
         ["runtime compress", 0.0, est.compress_s * 1e3],
         ["step", est.dense_step_s * 1e3, est.step_s * 1e3],
     ]
-    _print_table(f"{est.mode} step of {est.model}, batch {est.batch}, {est.gpu} {est.dtype}: "
-                 f"dense vs {est.method} {est.pattern} (ms)", ["", "dense", est.method], rows)
-    _print_table("reduction (dense / method)", ["quantity", "value"], [
-        ["FLOPs, ideal accounting", est.flop_reduction_ideal],
-        ["FLOPs, 2:4 hardware accounting", est.flop_reduction_hardware],
-        ["GEMM time (model)", est.gemm_time_reduction],
-        ["step time (model)", est.time_reduction],
-    ])
+    _print_table(
+        f"{est.mode} step of {est.model}, batch {est.batch}, {est.gpu} {est.dtype}: "
+        f"dense vs {est.method} {est.pattern} (ms)",
+        ["", "dense", est.method],
+        rows,
+    )
+    _print_table(
+        "reduction (dense / method)",
+        ["quantity", "value"],
+        [
+            ["FLOPs, ideal accounting", est.flop_reduction_ideal],
+            ["FLOPs, 2:4 hardware accounting", est.flop_reduction_hardware],
+            ["GEMM time (model)", est.gemm_time_reduction],
+            ["step time (model)", est.time_reduction],
+        ],
+    )
     for note in est.notes:
         print(f"note: {note}")
     return 0
@@ -266,35 +385,72 @@ def _run_calibrate(args: argparse.Namespace) -> int:
         _json(report.as_dict())
         return 0
     params = report.parameters
-    _print_table("fitted parameters (train points)", ["parameter", "value"],
-                 [[name, getattr(params, name)] for name in FITTED])
+    _print_table(
+        "fitted parameters (train points)",
+        ["parameter", "value"],
+        [[name, getattr(params, name)] for name in FITTED],
+    )
     rows = []
     for r in report.rows:
         if r.role in ("train", "test"):
-            rows.append([r.id, r.role, r.gpu, r.measured_speedup, r.predicted_speedup,
-                         r.speedup_error_pct, r.loo_error_pct,
-                         _pair(r.measured_dense_us, r.predicted_dense_us),
-                         _pair(r.measured_sparse_us, r.predicted_sparse_us)])
-    _print_table("speedup dense/sparse: measured vs model (errors in %; LOO = refit without "
-                 "the point)",
-                 ["point", "role", "gpu", "measured", "model", "err %", "LOO err %",
-                  "dense us meas./model", "sparse us meas./model"], rows)
-    _print_table("qualitative checks and other points", ["point", "role", "result", "detail"], [
-        [r.id, r.role,
-         ("pass" if r.passed else "FAIL") + f" (model {r.predicted_speedup:.3f})"
-         if r.passed is not None else
-         (f"published {r.measured_speedup}" if r.measured_speedup is not None else ""),
-         r.detail]
-        for r in report.rows if r.role not in ("train", "test")
-    ])
-    print(f"held-out (test) speedup error: median {_fmt(report.held_out_median_error_pct)} %, "
-          f"max {_fmt(report.held_out_max_error_pct)} %")
+            rows.append(
+                [
+                    r.id,
+                    r.role,
+                    r.gpu,
+                    r.measured_speedup,
+                    r.predicted_speedup,
+                    r.speedup_error_pct,
+                    r.loo_error_pct,
+                    _pair(r.measured_dense_us, r.predicted_dense_us),
+                    _pair(r.measured_sparse_us, r.predicted_sparse_us),
+                ]
+            )
+    _print_table(
+        "speedup dense/sparse: measured vs model (errors in %; LOO = refit without the point)",
+        [
+            "point",
+            "role",
+            "gpu",
+            "measured",
+            "model",
+            "err %",
+            "LOO err %",
+            "dense us meas./model",
+            "sparse us meas./model",
+        ],
+        rows,
+    )
+    _print_table(
+        "qualitative checks and other points",
+        ["point", "role", "result", "detail"],
+        [
+            [
+                r.id,
+                r.role,
+                ("pass" if r.passed else "FAIL") + f" (model {r.predicted_speedup:.3f})"
+                if r.passed is not None
+                else (f"published {r.measured_speedup}" if r.measured_speedup is not None else ""),
+                r.detail,
+            ]
+            for r in report.rows
+            if r.role not in ("train", "test")
+        ],
+    )
+    print(
+        f"held-out (test) speedup error: median {_fmt(report.held_out_median_error_pct)} %, "
+        f"max {_fmt(report.held_out_max_error_pct)} %"
+    )
     if report.loo_median_error_pct is not None:
-        print(f"leave-one-out speedup error:   median {_fmt(report.loo_median_error_pct)} %, "
-              f"max {_fmt(report.loo_max_error_pct)} %")
+        print(
+            f"leave-one-out speedup error:   median {_fmt(report.loo_median_error_pct)} %, "
+            f"max {_fmt(report.loo_max_error_pct)} %"
+        )
     if report.time_median_error_pct is not None:
-        print(f"absolute time error (dense and sparse, published times): median "
-              f"{_fmt(report.time_median_error_pct)} %, max {_fmt(report.time_max_error_pct)} %")
+        print(
+            f"absolute time error (dense and sparse, published times): median "
+            f"{_fmt(report.time_median_error_pct)} %, max {_fmt(report.time_max_error_pct)} %"
+        )
     for warning in report.warnings:
         print(f"warning: {warning}")
     if args.write:
@@ -304,23 +460,42 @@ def _run_calibrate(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- parsers
 def _add_method_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="resnet50",
-                        help="built-in model: resnet18, resnet50, deit-small, bert-base, llama-mlp")
-    parser.add_argument("--method", default="srste",
-                        help="dense, inference_only, forward_only, srste, asp, transposable, "
-                             "bimask, bame, all_sparse")
+    parser.add_argument(
+        "--model",
+        default="resnet50",
+        help="built-in model: resnet18, resnet50, deit-small, bert-base, llama-mlp",
+    )
+    parser.add_argument(
+        "--method",
+        default="srste",
+        help="dense, inference_only, forward_only, srste, asp, transposable, "
+        "bimask, bame, all_sparse",
+    )
     parser.add_argument("--pattern", default="2:4", help="N:M pattern, N kept of M")
-    parser.add_argument("--keep-dense", default="stem,head",
-                        help="comma-separated layer roles kept dense ('' for none)")
-    parser.add_argument("--keep-dense-name", action="append",
-                        help="a layer name kept dense (repeatable)")
-    parser.add_argument("--skip-first-input-grad", action="store_true",
-                        help="do not count dX of the first layer")
+    parser.add_argument(
+        "--keep-dense",
+        default="stem,head",
+        help="comma-separated layer roles kept dense ('' for none)",
+    )
+    parser.add_argument(
+        "--keep-dense-name", action="append", help="a layer name kept dense (repeatable)"
+    )
+    parser.add_argument(
+        "--skip-first-input-grad", action="store_true", help="do not count dX of the first layer"
+    )
     parser.add_argument("--asp-dense-fraction", type=float, default=0.5)
-    parser.add_argument("--bame-update-overhead", type=float, default=0.0,
-                        help="share p of pruned dW entries computed anyway (BAME)")
-    parser.add_argument("--bame-window", type=float, default=0.0,
-                        help="share of steps with dense dW (BAME adaptation window)")
+    parser.add_argument(
+        "--bame-update-overhead",
+        type=float,
+        default=0.0,
+        help="share p of pruned dW entries computed anyway (BAME)",
+    )
+    parser.add_argument(
+        "--bame-window",
+        type=float,
+        default=0.0,
+        help="share of steps with dense dW (BAME adaptation window)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -348,8 +523,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--examples", type=float, default=1_281_167)
     p.add_argument("--epochs", type=float, default=100)
     p.add_argument("--layers", action="store_true", help="print every layer")
-    p.add_argument("--compare", action="store_true",
-                   help="table of every method and accounting assumption")
+    p.add_argument(
+        "--compare", action="store_true", help="table of every method and accounting assumption"
+    )
     p.set_defaults(func=_run_flops)
 
     p = subparsers.add_parser("estimate", help="step time: GEMMs + non-GEMM (Amdahl)")
@@ -358,13 +534,20 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--mode", choices=("train", "inference"), default="train")
-    p.add_argument("--non-gemm-fraction", type=float, default=None,
-                   help="share of the dense step outside GEMMs (default 0.25, an assumption)")
+    p.add_argument(
+        "--non-gemm-fraction",
+        type=float,
+        default=None,
+        help="share of the dense step outside GEMMs (default 0.25, an assumption)",
+    )
     p.set_defaults(func=_run_estimate)
 
     p = subparsers.add_parser("calibrate", help="fit and validate the GEMM model")
     p.add_argument("--no-loo", action="store_true", help="skip leave-one-out refits")
-    p.add_argument("--write", action="store_true",
-                   help="store the fitted parameters in nmsim/data/gemm_parameters.toml")
+    p.add_argument(
+        "--write",
+        action="store_true",
+        help="store the fitted parameters in nmsim/data/gemm_parameters.toml",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_run_calibrate)

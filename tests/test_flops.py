@@ -74,9 +74,14 @@ def all_sparse_options() -> MethodOptions:
 def test_per_layer_ratios_match_the_closed_forms(pattern: str) -> None:
     rho = Pattern(*map(int, pattern.split(":"))).density
     expected = {
-        "dense": 1.0, "inference_only": 1.0, "forward_only": (rho + 2) / 3,
-        "srste": (rho + 2) / 3, "transposable": (2 * rho + 1) / 3,
-        "bimask": (2 * rho + 1) / 3, "all_sparse": rho, "bame": rho,
+        "dense": 1.0,
+        "inference_only": 1.0,
+        "forward_only": (rho + 2) / 3,
+        "srste": (rho + 2) / 3,
+        "transposable": (2 * rho + 1) / 3,
+        "bimask": (2 * rho + 1) / 3,
+        "all_sparse": rho,
+        "bame": rho,
         "asp": 0.5 + 0.5 * (rho + 2) / 3,
     }
     assert set(expected) == set(METHODS)
@@ -87,11 +92,17 @@ def test_per_layer_ratios_match_the_closed_forms(pattern: str) -> None:
 
 @given(
     layers=st.lists(
-        st.builds(Layer, name=st.just("l"), kind=st.just("linear"),
-                  out_features=st.integers(1, 20).map(lambda x: 16 * x),
-                  in_features=st.integers(1, 40).map(lambda x: 16 * x),
-                  positions=st.integers(1, 500)),
-        min_size=1, max_size=6),
+        st.builds(
+            Layer,
+            name=st.just("l"),
+            kind=st.just("linear"),
+            out_features=st.integers(1, 20).map(lambda x: 16 * x),
+            in_features=st.integers(1, 40).map(lambda x: 16 * x),
+            positions=st.integers(1, 500),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
     n=st.integers(0, 16),
 )
 def test_ratio_is_the_mac_weighted_mean_of_layer_ratios(layers: list[Layer], n: int) -> None:
@@ -105,18 +116,21 @@ def test_ratio_is_the_mac_weighted_mean_of_layer_ratios(layers: list[Layer], n: 
 
 def test_dense_resnet50_training_is_3_1e18_flops_for_100_epochs() -> None:
     report = training_flops("resnet50", "dense", examples=IMAGENET, epochs=100)
-    assert report.total_training_flops == pytest.approx(3 * 2 * 4.0892e9 * IMAGENET * 100,
-                                                        rel=1e-4)
+    assert report.total_training_flops == pytest.approx(3 * 2 * 4.0892e9 * IMAGENET * 100, rel=1e-4)
     assert round(report.total_training_flops / 1e18, 1) == 3.1
 
 
-@pytest.mark.parametrize(("pattern", "srste", "bimask", "inference"), [
-    ("2:4", 0.8382, 0.6765, 0.5147),
-    ("1:4", 0.7573, 0.5147, 0.2720),
-    ("1:16", 0.6967, 0.3934, 0.0900),
-])
+@pytest.mark.parametrize(
+    ("pattern", "srste", "bimask", "inference"),
+    [
+        ("2:4", 0.8382, 0.6765, 0.5147),
+        ("1:4", 0.7573, 0.5147, 0.2720),
+        ("1:16", 0.6967, 0.3934, 0.0900),
+    ],
+)
 def test_resnet50_with_dense_stem_and_fc_matches_the_independent_table(
-        pattern: str, srste: float, bimask: float, inference: float) -> None:
+    pattern: str, srste: float, bimask: float, inference: float
+) -> None:
     """bimask.md §5.3 and bame.md §4.4, computed independently by the research notes."""
     assert training_flops("resnet50", "srste", pattern).ratio == pytest.approx(srste, abs=5e-5)
     report = training_flops("resnet50", "bimask", pattern)
@@ -151,25 +165,29 @@ def test_hardware_accounting_caps_each_sparse_gemm_at_2x() -> None:
     for pattern in ("1:8", "1:16", "2:8"):
         hard = training_flops("resnet50", "transposable", pattern, accounting="hardware")
         assert hard.training_macs == two_four.training_macs
-        assert training_flops("resnet50", "transposable", pattern).training_macs < \
-            hard.training_macs
+        assert (
+            training_flops("resnet50", "transposable", pattern).training_macs < hard.training_macs
+        )
     incompatible = training_flops("resnet50", "transposable", "4:8", accounting="hardware")
     assert incompatible.ratio == 1.0 and any("not 2:4-compatible" in n for n in incompatible.notes)
 
 
 def test_output_sparse_weight_gradient_is_dense_on_hardware() -> None:
-    hard = training_flops("llama-mlp", "all_sparse", "2:4", accounting="hardware",
-                          options=all_sparse_options())
-    assert hard.per_gemm_macs["weight_grad"] == sum(layer.macs for layer in
-                                                    model_layers("llama-mlp"))
+    hard = training_flops(
+        "llama-mlp", "all_sparse", "2:4", accounting="hardware", options=all_sparse_options()
+    )
+    assert hard.per_gemm_macs["weight_grad"] == sum(
+        layer.macs for layer in model_layers("llama-mlp")
+    )
     assert hard.ratio == pytest.approx((0.5 + 0.5 + 1) / 3)
 
 
 # --------------------------------------------------------------------------- conventions
 def test_first_layer_input_grad_flag() -> None:
     counted = training_flops("resnet50", "dense")
-    skipped = training_flops("resnet50", "dense",
-                             options=MethodOptions(count_first_layer_input_grad=False))
+    skipped = training_flops(
+        "resnet50", "dense", options=MethodOptions(count_first_layer_input_grad=False)
+    )
     stem = model_layers("resnet50")[0].macs
     assert counted.dense_training_macs - skipped.dense_training_macs == stem
     assert any("first layer" in note for note in skipped.notes)
@@ -177,12 +195,14 @@ def test_first_layer_input_grad_flag() -> None:
 
 def test_dense_layers_are_configurable_and_indivisible_sparse_layers_raise() -> None:
     default = training_flops("resnet50", "srste", "2:4")
-    head_sparse = training_flops("resnet50", "srste", "2:4",
-                                 options=MethodOptions(keep_dense_roles=("stem",)))
+    head_sparse = training_flops(
+        "resnet50", "srste", "2:4", options=MethodOptions(keep_dense_roles=("stem",))
+    )
     assert head_sparse.training_macs < default.training_macs
     assert not default.layers[-1].sparse and head_sparse.layers[-1].sparse
-    by_name = training_flops("resnet50", "srste", "2:4",
-                             options=MethodOptions(keep_dense_names=("layer1.0.conv1",)))
+    by_name = training_flops(
+        "resnet50", "srste", "2:4", options=MethodOptions(keep_dense_names=("layer1.0.conv1",))
+    )
     assert by_name.training_macs > default.training_macs
     with pytest.raises(ValueError, match="layer 'conv1': reduction length 147 is not a multiple"):
         training_flops("resnet50", "srste", "2:4", options=MethodOptions(keep_dense_roles=()))
@@ -210,17 +230,20 @@ def test_phases_sum_to_one_and_asp_has_a_dense_phase() -> None:
     assert asp[0].densities.forward == 1.0 and asp[1].densities.forward == 0.5
 
 
-@pytest.mark.parametrize(("call", "match"), [
-    (lambda: training_flops("resnet50", "magic"), "method='magic' is unknown"),
-    (lambda: training_flops("resnet50", "srste", "5:4"), "n=5 must be <= m=4"),
-    (lambda: training_flops("resnet50", "srste", accounting="real"), "accounting='real'"),
-    (lambda: training_flops([], "srste"), "model has no layers"),
-    (lambda: MethodOptions(bame_window=1.5), "bame_window=1.5"),
-    (lambda: MethodOptions(keep_dense_roles=("classifier",)), "'classifier' is not one of"),
-    (lambda: training_flops("resnet50", "dense", epochs=0), "epochs=0"),
-    (lambda: training_flops("resnet50", "dense", epochs=math.nan), "epochs=nan"),
-    (lambda: training_flops("resnet50", "dense", examples=math.inf), "examples=inf"),
-])
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: training_flops("resnet50", "magic"), "method='magic' is unknown"),
+        (lambda: training_flops("resnet50", "srste", "5:4"), "n=5 must be <= m=4"),
+        (lambda: training_flops("resnet50", "srste", accounting="real"), "accounting='real'"),
+        (lambda: training_flops([], "srste"), "model has no layers"),
+        (lambda: MethodOptions(bame_window=1.5), "bame_window=1.5"),
+        (lambda: MethodOptions(keep_dense_roles=("classifier",)), "'classifier' is not one of"),
+        (lambda: training_flops("resnet50", "dense", epochs=0), "epochs=0"),
+        (lambda: training_flops("resnet50", "dense", epochs=math.nan), "epochs=nan"),
+        (lambda: training_flops("resnet50", "dense", examples=math.inf), "examples=inf"),
+    ],
+)
 def test_bad_input_is_named(call: object, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         call()  # type: ignore[operator]
@@ -228,8 +251,22 @@ def test_bad_input_is_named(call: object, match: str) -> None:
 
 # --------------------------------------------------------------------------- CLI
 def test_flops_cli_json_parses(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["flops", "--model", "resnet50", "--method", "bimask", "--pattern", "1:16",
-                 "--json", "--compare"]) == 0
+    assert (
+        main(
+            [
+                "flops",
+                "--model",
+                "resnet50",
+                "--method",
+                "bimask",
+                "--pattern",
+                "1:16",
+                "--json",
+                "--compare",
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["ideal"]["ratio"] == pytest.approx(0.3934, abs=5e-5)
     assert data["hardware"]["ratio"] == pytest.approx(0.6765, abs=5e-5)
@@ -264,10 +301,10 @@ def test_layers_from_torch_traces_convs_linears_and_the_rest() -> None:
             self.head = torch.nn.Linear(32, 10)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            x = self.grouped(self.stem(x))                      # (B, 16, 8, 8)
-            tokens = x.flatten(2).transpose(1, 2)               # (B, 64, 16)
-            attention = tokens @ tokens.transpose(1, 2)         # (B, 64, 64): untraced matmul
-            h = self.proj(attention @ tokens)                   # (B, 64, 32)
+            x = self.grouped(self.stem(x))  # (B, 16, 8, 8)
+            tokens = x.flatten(2).transpose(1, 2)  # (B, 64, 16)
+            attention = tokens @ tokens.transpose(1, 2)  # (B, 64, 64): untraced matmul
+            h = self.proj(attention @ tokens)  # (B, 64, 32)
             return self.head(h.mean(1))
 
     layers = layers_from_torch(Net(), torch.zeros(2, 3, 16, 16))
@@ -278,8 +315,13 @@ def test_layers_from_torch_traces_convs_linears_and_the_rest() -> None:
     assert by_name["proj"].macs == 32 * 16 * 64
     assert by_name["head"].role == "head" and by_name["head"].macs == 10 * 32
     assert by_name["untraced matmuls"].macs == 2 * 64 * 64 * 16
-    report = training_flops(layers, "srste", "2:4", options=MethodOptions(
-        keep_dense_roles=("stem", "head", "other")), model_name="net")
+    report = training_flops(
+        layers,
+        "srste",
+        "2:4",
+        options=MethodOptions(keep_dense_roles=("stem", "head", "other")),
+        model_name="net",
+    )
     assert report.model == "net" and report.ratio < 1
 
 
@@ -312,18 +354,25 @@ def test_bame_overhead_from_a_schedule_charges_what_nmref_bame_computes() -> Non
 
     layers = model_layers("llama-mlp", tokens=8)
     for n, m, steps, (t_i, t_f, interval), candidates in [
-        (2, 4, 6, (0, 4, 2), 1.0), (1, 4, 1140, (0, 855, 20), 1.0),
-        (1, 16, 1000, (10, 700, 7), 0.4), (2, 8, 50, (60, 90, 5), 1.0),  # no update step
+        (2, 4, 6, (0, 4, 2), 1.0),
+        (1, 4, 1140, (0, 855, 20), 1.0),
+        (1, 16, 1000, (10, 700, 7), 0.4),
+        (2, 8, 50, (60, 90, 5), 1.0),  # no update step
     ]:
         config = BameConfig(n, m, t_i=t_i, t_f=t_f, update_interval=interval)
         p = bame_update_overhead(steps, config, candidates)
         expected = weight_gradient_fraction(steps, config, candidates)
         (phase,) = method_phases("bame", f"{n}:{m}", MethodOptions(bame_update_overhead=p))
         assert phase.densities.weight_grad == pytest.approx(expected, rel=1e-12)
-        report = training_flops(layers, "bame", f"{n}:{m}", options=MethodOptions(
-            keep_dense_roles=(), bame_update_overhead=p))
+        report = training_flops(
+            layers,
+            "bame",
+            f"{n}:{m}",
+            options=MethodOptions(keep_dense_roles=(), bame_update_overhead=p),
+        )
         assert report.per_gemm_macs["weight_grad"] == pytest.approx(
-            expected * sum(layer.macs for layer in layers), rel=1e-12)
+            expected * sum(layer.macs for layer in layers), rel=1e-12
+        )
     with pytest.raises(TypeError, match=r"must be an nmref\.bame\.BameConfig"):
         bame_update_overhead(10, {"t_i": 0})
     with pytest.raises(ValueError, match="total_steps=0"):

@@ -440,8 +440,9 @@ def test_wrong_dtype_is_a_type_error(kind: str, array: np.ndarray) -> None:
         compress_2to4(array, dtype_kind=kind)
 
 
-@pytest.mark.parametrize("compress", [compress_2to4, compress_2to4_reference],
-                         ids=["vectorised", "reference"])
+@pytest.mark.parametrize(
+    "compress", [compress_2to4, compress_2to4_reference], ids=["vectorised", "reference"]
+)
 def test_bad_arguments(compress: Any) -> None:
     """Both implementations reject the same bad options (the reference used to accept any
     ``overfull`` string as 'drop' and raise KeyError for an unknown encoding)."""

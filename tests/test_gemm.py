@@ -38,7 +38,7 @@ def brute_force_worst_window(pattern: Pattern, hardware: Pattern) -> int:
             for i in kept:
                 row[g * pattern.m + i] = 1
         for start in range(0, length, hardware.m):
-            worst = max(worst, sum(row[start:start + hardware.m]))
+            worst = max(worst, sum(row[start : start + hardware.m]))
     return worst
 
 
@@ -49,7 +49,8 @@ CASES = [Pattern(n, m) for m in (1, 2, 3, 4, 5, 6, 8) for n in range(m + 1)]
 @pytest.mark.parametrize("pattern", CASES, ids=str)
 def test_worst_case_window_matches_brute_force(pattern: Pattern, hardware: Pattern) -> None:
     assert max_kept_per_hardware_group(pattern, hardware) == brute_force_worst_window(
-        pattern, hardware)
+        pattern, hardware
+    )
 
 
 def test_compatibility_table_from_the_notes() -> None:
@@ -76,12 +77,14 @@ def test_sparser_patterns_are_exactly_as_fast_as_2_4(pattern: str) -> None:
 
 @pytest.mark.parametrize("pattern", ["4:8", "8:16", "3:4"])
 def test_incompatible_patterns_raise_or_run_dense_never_faster(pattern: str) -> None:
-    with pytest.raises(ValueError,
-                       match=r"not accelerated by a100-sxm4-80gb.*incompatible='dense'"):
+    with pytest.raises(
+        ValueError, match=r"not accelerated by a100-sxm4-80gb.*incompatible='dense'"
+    ):
         gemm_time("a100", 4096, 4096, 4096, dtype="fp16", sparse=pattern)
     dense = gemm_time("a100", 4096, 4096, 4096, dtype="fp16")
-    fallback = gemm_time("a100", 4096, 4096, 4096, dtype="fp16", sparse=pattern,
-                         incompatible="dense")
+    fallback = gemm_time(
+        "a100", 4096, 4096, 4096, dtype="fp16", sparse=pattern, incompatible="dense"
+    )
     assert fallback.time_s == dense.time_s
     assert fallback.fallback == "dense" and fallback.executed_pattern is None
     assert fallback.notes
@@ -90,16 +93,21 @@ def test_incompatible_patterns_raise_or_run_dense_never_faster(pattern: str) -> 
 def test_tf32_accepts_only_1_2_compatible_patterns() -> None:
     with pytest.raises(ValueError, match="need <= 1 nonzeros in every aligned group of 2"):
         gemm_time("h100-sxm", 2048, 2048, 2048, dtype="tf32", sparse="2:4")
-    assert gemm_time("h100-sxm", 2048, 2048, 2048, dtype="tf32",
-                     sparse="1:2").executed_pattern == "1:2"
-    assert gemm_time("h100-sxm", 2048, 2048, 2048, dtype="tf32",
-                     sparse="1:4").executed_pattern == "1:2"
+    assert (
+        gemm_time("h100-sxm", 2048, 2048, 2048, dtype="tf32", sparse="1:2").executed_pattern
+        == "1:2"
+    )
+    assert (
+        gemm_time("h100-sxm", 2048, 2048, 2048, dtype="tf32", sparse="1:4").executed_pattern
+        == "1:2"
+    )
 
 
 # --------------------------------------------------------------------------- bytes
-@pytest.mark.parametrize(("dtype", "ratio"), [("fp16", 0.5625), ("bf16", 0.5625),
-                                              ("int8", 0.625), ("fp8", 0.625),
-                                              ("tf32", 0.5625)])
+@pytest.mark.parametrize(
+    ("dtype", "ratio"),
+    [("fp16", 0.5625), ("bf16", 0.5625), ("int8", 0.625), ("fp8", 0.625), ("tf32", 0.5625)],
+)
 def test_compressed_operand_bytes_include_metadata(dtype: str, ratio: float) -> None:
     pattern = "1:2" if dtype == "tf32" else "2:4"
     dense = gemm_time("h100-sxm", 1024, 512, 2048, dtype=dtype)
@@ -123,10 +131,16 @@ sizes = st.integers(min_value=1, max_value=20000)
 reduction = st.integers(min_value=1, max_value=5000).map(lambda x: 16 * x)
 
 
-@given(gpu=st.sampled_from(GPUS), m=sizes, n=sizes, k=reduction,
-       dtype=st.sampled_from(["fp16", "bf16", "int8"]))
-def test_sparse_is_never_better_than_twice_dense(gpu: str, m: int, n: int, k: int,
-                                                 dtype: str) -> None:
+@given(
+    gpu=st.sampled_from(GPUS),
+    m=sizes,
+    n=sizes,
+    k=reduction,
+    dtype=st.sampled_from(["fp16", "bf16", "int8"]),
+)
+def test_sparse_is_never_better_than_twice_dense(
+    gpu: str, m: int, n: int, k: int, dtype: str
+) -> None:
     dense = gemm_time(gpu, m, n, k, dtype=dtype)
     sparse = gemm_time(gpu, m, n, k, dtype=dtype, sparse="2:4")
     assert sparse.time_s >= dense.time_s / 2
@@ -135,29 +149,49 @@ def test_sparse_is_never_better_than_twice_dense(gpu: str, m: int, n: int, k: in
     assert moved >= 0.5625 * (dense.bytes_total - dense.bytes_workspace)
 
 
-@given(m=sizes, n=sizes, k=reduction, dm=st.integers(0, 3000), dn=st.integers(0, 3000),
-       dk=st.integers(0, 300).map(lambda x: 16 * x), sparse=st.sampled_from([None, "2:4"]),
-       gpu=st.sampled_from(GPUS))
-def test_more_work_is_never_faster(m: int, n: int, k: int, dm: int, dn: int, dk: int,
-                                   sparse: str | None, gpu: str) -> None:
+@given(
+    m=sizes,
+    n=sizes,
+    k=reduction,
+    dm=st.integers(0, 3000),
+    dn=st.integers(0, 3000),
+    dk=st.integers(0, 300).map(lambda x: 16 * x),
+    sparse=st.sampled_from([None, "2:4"]),
+    gpu=st.sampled_from(GPUS),
+)
+def test_more_work_is_never_faster(
+    m: int, n: int, k: int, dm: int, dn: int, dk: int, sparse: str | None, gpu: str
+) -> None:
     small = gemm_time(gpu, m, n, k, dtype="fp16", sparse=sparse)
     large = gemm_time(gpu, m + dm, n + dn, k + dk, dtype="fp16", sparse=sparse)
     assert large.time_s >= small.time_s
 
 
-@given(efficiency=st.floats(0.3, 1.0), sparse_ratio=st.floats(0.2, 1.0),
-       memory=st.floats(0.3, 1.0), memory_ratio=st.floats(0.1, 1.0),
-       balanced=st.sampled_from([1.0, 16.0, 64.0, 256.0]), gpu=st.sampled_from(GPUS),
-       shape=st.tuples(sizes, sizes, reduction))
-def test_two_x_bound_holds_for_any_valid_parameters(efficiency: float, sparse_ratio: float,
-                                                     memory: float, memory_ratio: float,
-                                                     balanced: float, gpu: str,
-                                                     shape: tuple[int, int, int]) -> None:
-    params = GemmParameters(dense_compute_efficiency=efficiency,
-                            sparse_compute_efficiency=efficiency * sparse_ratio,
-                            dense_memory_efficiency=memory,
-                            sparse_memory_efficiency=memory * memory_ratio,
-                            balanced_tile_intensity=balanced)
+@given(
+    efficiency=st.floats(0.3, 1.0),
+    sparse_ratio=st.floats(0.2, 1.0),
+    memory=st.floats(0.3, 1.0),
+    memory_ratio=st.floats(0.1, 1.0),
+    balanced=st.sampled_from([1.0, 16.0, 64.0, 256.0]),
+    gpu=st.sampled_from(GPUS),
+    shape=st.tuples(sizes, sizes, reduction),
+)
+def test_two_x_bound_holds_for_any_valid_parameters(
+    efficiency: float,
+    sparse_ratio: float,
+    memory: float,
+    memory_ratio: float,
+    balanced: float,
+    gpu: str,
+    shape: tuple[int, int, int],
+) -> None:
+    params = GemmParameters(
+        dense_compute_efficiency=efficiency,
+        sparse_compute_efficiency=efficiency * sparse_ratio,
+        dense_memory_efficiency=memory,
+        sparse_memory_efficiency=memory * memory_ratio,
+        balanced_tile_intensity=balanced,
+    )
     dense = gemm_time(gpu, *shape, dtype="fp16", parameters=params)
     sparse = gemm_time(gpu, *shape, dtype="fp16", sparse="2:4", parameters=params)
     assert sparse.time_s >= dense.time_s / 2
@@ -167,8 +201,13 @@ def test_two_x_bound_holds_for_any_valid_parameters(efficiency: float, sparse_ra
 # --------------------------------------------------------------------------- shape classes
 def test_large_a100_gemms_land_in_the_published_band() -> None:
     """hardware.md §3: large fp16 2:4 GEMMs on A100 reach about 1.3-1.6x, never 2x."""
-    for shape in [(4096, 4096, 4096), (8192, 8192, 8192), (3072, 3072, 10240),
-                  (4096, 13008, 1024), (16384, 8192, 4096)]:
+    for shape in [
+        (4096, 4096, 4096),
+        (8192, 8192, 8192),
+        (3072, 3072, 10240),
+        (4096, 13008, 1024),
+        (16384, 8192, 4096),
+    ]:
         dense = gemm_time("a100", *shape, dtype="fp16")
         sparse = gemm_time("a100", *shape, dtype="fp16", sparse="2:4")
         assert 1.25 <= dense.time_s / sparse.time_s <= 1.6, shape
@@ -210,23 +249,26 @@ def test_wave_quantisation_one_extra_tile_costs_a_wave() -> None:
 
 
 # --------------------------------------------------------------------------- errors
-@pytest.mark.parametrize(("kwargs", "error", "match"), [
-    ({"m": 0}, ValueError, "m=0 must be a positive integer"),
-    ({"n": -3}, ValueError, "n=-3 must be a positive integer"),
-    ({"k": 2.0}, TypeError, "k=2.0 must be a positive integer"),
-    ({"m": True}, TypeError, "m=True must be a positive integer"),
-    ({"gpu": "v100"}, ValueError, "gpu='v100' is unknown"),
-    ({"dtype": "fp8", "gpu": "a100"}, ValueError, "no tensor-core path for dtype='fp8'"),
-    ({"dtype": "fp32"}, ValueError, "dtype='fp32' is not a tensor-core input dtype"),
-    ({"sparse": "2:4", "k": 1022}, ValueError, "k=1022 must be divisible"),
-    ({"sparse": "5:4"}, ValueError, "n=5 must be <= m=4"),
-    ({"sparse": "2:4", "incompatible": "fast"}, ValueError, "incompatible='fast'"),
-    ({"output_dtype": "fp64"}, ValueError, "output_dtype='fp64'"),
-])
-def test_bad_input_names_the_argument(kwargs: dict[str, object], error: type[Exception],
-                                      match: str) -> None:
-    call: dict[str, object] = {"gpu": "h100-sxm", "m": 1024, "n": 1024, "k": 1024,
-                               "dtype": "bf16"}
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"m": 0}, ValueError, "m=0 must be a positive integer"),
+        ({"n": -3}, ValueError, "n=-3 must be a positive integer"),
+        ({"k": 2.0}, TypeError, "k=2.0 must be a positive integer"),
+        ({"m": True}, TypeError, "m=True must be a positive integer"),
+        ({"gpu": "v100"}, ValueError, "gpu='v100' is unknown"),
+        ({"dtype": "fp8", "gpu": "a100"}, ValueError, "no tensor-core path for dtype='fp8'"),
+        ({"dtype": "fp32"}, ValueError, "dtype='fp32' is not a tensor-core input dtype"),
+        ({"sparse": "2:4", "k": 1022}, ValueError, "k=1022 must be divisible"),
+        ({"sparse": "5:4"}, ValueError, "n=5 must be <= m=4"),
+        ({"sparse": "2:4", "incompatible": "fast"}, ValueError, "incompatible='fast'"),
+        ({"output_dtype": "fp64"}, ValueError, "output_dtype='fp64'"),
+    ],
+)
+def test_bad_input_names_the_argument(
+    kwargs: dict[str, object], error: type[Exception], match: str
+) -> None:
+    call: dict[str, object] = {"gpu": "h100-sxm", "m": 1024, "n": 1024, "k": 1024, "dtype": "bf16"}
     call.update(kwargs)
     gpu, m, n, k = call.pop("gpu"), call.pop("m"), call.pop("n"), call.pop("k")
     with pytest.raises(error, match=match):
@@ -249,8 +291,16 @@ def test_default_parameters_are_the_calibrated_ones() -> None:
 
 
 # --------------------------------------------------------------------------- oracle
-def hand_computed_time(gpu_key: str, m: int, n: int, k: int, sparse: bool,
-                       tile: tuple[int, int], split: int, params: GemmParameters) -> float:
+def hand_computed_time(
+    gpu_key: str,
+    m: int,
+    n: int,
+    k: int,
+    sparse: bool,
+    tile: tuple[int, int],
+    split: int,
+    params: GemmParameters,
+) -> float:
     """The formula of specs/gemm_model.md §3-4 written out for one configuration, fp16."""
     gpu = get_gpu(gpu_key)
     peak = gpu.peak("fp16")
@@ -259,31 +309,43 @@ def hand_computed_time(gpu_key: str, m: int, n: int, k: int, sparse: bool,
     other_bytes = k * n * 2 + m * n * 2 + (8.0 * m * n * split if split > 1 else 0.0)
     bandwidth = gpu.memory_bandwidth_gb_s.value * 1e9
     a_eff = params.sparse_memory_efficiency if sparse else params.dense_memory_efficiency
-    memory = a_bytes / (bandwidth * a_eff) + other_bytes / (bandwidth
-                                                            * params.dense_memory_efficiency)
+    memory = a_bytes / (bandwidth * a_eff) + other_bytes / (
+        bandwidth * params.dense_memory_efficiency
+    )
     sparse_peak = min(peak.sparse_tflops, 2 * peak.dense_tflops)  # the hardware's 2x
     per_sm = (sparse_peak if sparse else peak.dense_tflops) * 1e12 / sms
     efficiency = params.sparse_compute_efficiency if sparse else params.dense_compute_efficiency
     stored = 0.5625 if sparse else 1.0
-    feed = min(1.0, tile[0] * tile[1] / (stored * tile[0] + tile[1])
-               / (params.balanced_tile_intensity * (2 if sparse else 1)))
+    feed = min(
+        1.0,
+        tile[0]
+        * tile[1]
+        / (stored * tile[0] + tile[1])
+        / (params.balanced_tile_intensity * (2 if sparse else 1)),
+    )
     units = -(-m // tile[0]) * -(-n // tile[1]) * split
     waves = -(-units // sms)
     compute = waves * 2 * tile[0] * tile[1] * -(-k // split) / (per_sm * efficiency * feed)
     return max(compute, memory) + params.launch_overhead_us * 1e-6
 
 
-@given(gpu=st.sampled_from(GPUS), m=sizes, n=sizes, k=reduction,
-       tile=st.sampled_from([(256, 128), (128, 128), (64, 64), (32, 256)]),
-       split=st.sampled_from([1, 2, 8]), sparse=st.booleans())
-def test_time_matches_the_hand_written_formula(gpu: str, m: int, n: int, k: int,
-                                               tile: tuple[int, int], split: int,
-                                               sparse: bool) -> None:
+@given(
+    gpu=st.sampled_from(GPUS),
+    m=sizes,
+    n=sizes,
+    k=reduction,
+    tile=st.sampled_from([(256, 128), (128, 128), (64, 64), (32, 256)]),
+    split=st.sampled_from([1, 2, 8]),
+    sparse=st.booleans(),
+)
+def test_time_matches_the_hand_written_formula(
+    gpu: str, m: int, n: int, k: int, tile: tuple[int, int], split: int, sparse: bool
+) -> None:
     params = default_parameters().replace(tiles=(tile,), split_k=tuple(sorted({1, split})))
-    expected = min(hand_computed_time(gpu, m, n, k, sparse, tile, s, params)
-                   for s in params.split_k)
-    got = gemm_time(gpu, m, n, k, dtype="fp16", sparse="2:4" if sparse else None,
-                    parameters=params)
+    expected = min(
+        hand_computed_time(gpu, m, n, k, sparse, tile, s, params) for s in params.split_k
+    )
+    got = gemm_time(gpu, m, n, k, dtype="fp16", sparse="2:4" if sparse else None, parameters=params)
     assert got.time_s == pytest.approx(expected, rel=1e-12)
 
 
@@ -300,8 +362,10 @@ def test_docstring_examples_hold() -> None:
         assert result.failed == 0 and result.attempted > 0, module.__name__
 
 
-@pytest.mark.parametrize(("gemm_dtype", "format_kind"), [("fp16", "fp16"), ("bf16", "bf16"),
-                                                          ("int8", "int8"), ("tf32", "fp32")])
+@pytest.mark.parametrize(
+    ("gemm_dtype", "format_kind"),
+    [("fp16", "fp16"), ("bf16", "bf16"), ("int8", "int8"), ("tf32", "fp32")],
+)
 def test_metadata_bits_agree_with_the_bit_exact_format(gemm_dtype: str, format_kind: str) -> None:
     """hardware.md §2 tags the metadata cost [M, derived]; nmsim.formats reproduces PyTorch's
     converter bit for bit, so its word sizes pin the bits per kept value independently."""
@@ -322,8 +386,13 @@ def test_sparse_compute_is_at_most_twice_dense_on_every_part_and_dtype(gpu: str)
     """Regression: vendor tables round independently (L40S 362 / 733, H100 989.4 / 1978.9),
     so the raw sparse peak is up to 2.025x the dense one; with equal efficiencies and a
     fully fed tile the sparse compute term beat half the dense one. Issue 5: never."""
-    params = GemmParameters(dense_compute_efficiency=0.7, sparse_compute_efficiency=0.7,
-                            balanced_tile_intensity=1.0, tiles=((128, 128),), split_k=(1,))
+    params = GemmParameters(
+        dense_compute_efficiency=0.7,
+        sparse_compute_efficiency=0.7,
+        balanced_tile_intensity=1.0,
+        tiles=((128, 128),),
+        split_k=(1,),
+    )
     for peak in get_gpu(gpu).peaks:
         pattern = "1:2" if peak.input == "tf32" else "2:4"
         kwargs = {"dtype": peak.input, "accumulate": peak.accumulate, "parameters": params}

@@ -11,16 +11,33 @@ import pytest
 from nmref.patterns import Pattern
 from nmsim.hardware import DTYPE_BYTES, get_gpu, gpu_names, list_gpus, normalize_dtype
 
-ISSUE_GPUS = ("a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm", "h100-pcie", "h200", "l40s",
-              "a10", "rtx-3090", "rtx-4090", "b200")
+ISSUE_GPUS = (
+    "a100-sxm4-40gb",
+    "a100-sxm4-80gb",
+    "h100-sxm",
+    "h100-pcie",
+    "h200",
+    "l40s",
+    "a10",
+    "rtx-3090",
+    "rtx-4090",
+    "b200",
+)
 
 # Dense FP16 tensor FLOP per clock per SM (hardware.md §1 [M]), the accumulate dtype at which
 # the part runs at that rate, and GPUs whose datasheet peak is quoted at a boost clock
 # slightly above the sustained one (relative tolerance).
-FLOP_PER_CLOCK = {"a100-sxm4-40gb": (2048, "fp32"), "a100-sxm4-80gb": (2048, "fp32"),
-                  "h100-sxm": (4096, "fp32"), "h100-pcie": (4096, "fp32"),
-                  "h200": (4096, "fp32"), "l40s": (1024, "fp32"), "a10": (1024, "fp32"),
-                  "rtx-3090": (1024, "fp16"), "rtx-4090": (1024, "fp16")}
+FLOP_PER_CLOCK = {
+    "a100-sxm4-40gb": (2048, "fp32"),
+    "a100-sxm4-80gb": (2048, "fp32"),
+    "h100-sxm": (4096, "fp32"),
+    "h100-pcie": (4096, "fp32"),
+    "h200": (4096, "fp32"),
+    "l40s": (1024, "fp32"),
+    "a10": (1024, "fp32"),
+    "rtx-3090": (1024, "fp16"),
+    "rtx-4090": (1024, "fp16"),
+}
 
 
 def test_database_holds_every_gpu_the_issue_names() -> None:
@@ -63,10 +80,12 @@ def test_consumer_cards_halve_fp16_with_fp32_accumulate() -> None:
     for gpu in ("rtx-3090", "rtx-4090"):
         g = get_gpu(gpu)
         assert g.peak("fp16", "fp32").dense_tflops == pytest.approx(
-            g.peak("fp16", "fp16").dense_tflops / 2, rel=0.01)
+            g.peak("fp16", "fp16").dense_tflops / 2, rel=0.01
+        )
     g = get_gpu("rtx-4090")
     assert g.peak("fp8", "fp32").dense_tflops == pytest.approx(
-        g.peak("fp8", "fp16").dense_tflops / 2, rel=0.01)
+        g.peak("fp8", "fp16").dense_tflops / 2, rel=0.01
+    )
 
 
 def test_unconfirmed_values_are_flagged_as_the_notes_tag_them() -> None:
