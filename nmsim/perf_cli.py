@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from nmsim.report_cli import format_ratio
+
 __all__ = ["add_parser"]
 
 
@@ -187,7 +189,8 @@ def _run_gemm(args: argparse.Namespace) -> int:
     )
     _print_table(title, ["", *(label for label, _ in estimates)], rows)
     if sparse is not None:
-        print(f"speedup dense/sparse: {dense.time_s / sparse.time_s:.3f}x")
+        # Never "1.000x" for a ratio that is not 1 (see format_ratio).
+        print(f"speedup dense/sparse: {format_ratio(dense.time_s / sparse.time_s, digits=3)}")
         for note in sparse.notes:
             print(f"note: {note}")
     return 0

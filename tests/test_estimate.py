@@ -165,6 +165,22 @@ def test_gemm_cli_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert "speedup dense/sparse" in out and "not exploited" in out
 
 
+@pytest.mark.parametrize(("m", "n", "k"), [(4096, 4096, 4096), (8, 8, 64), (64, 8, 4096)])
+def test_gemm_cli_speedup_line_uses_the_unrounded_ratio_format(
+    m: int, n: int, k: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The table's speedup line is format_ratio's: never "1.000x" for a ratio that is not 1."""
+    from nmsim.gemm import gemm_time
+    from nmsim.report_cli import format_ratio
+
+    argv = ["gemm", "--gpu", "a100", "-m", str(m), "-n", str(n), "-k", str(k), "--sparse", "2:4"]
+    assert main(argv) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("speedup"))
+    ratio = gemm_time("a100", m, n, k).time_s / gemm_time("a100", m, n, k, sparse="2:4").time_s
+    assert line == f"speedup dense/sparse: {format_ratio(ratio, digits=3)}"
+    assert ratio == 1 or line != "speedup dense/sparse: 1.000x"
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
