@@ -48,10 +48,12 @@ SOLVED_TRUNCATED = 3
 
 # Potentials beyond this make a tile fall back to Python (see _ssp_tile).
 POTENTIAL_LIMIT = np.int64(1) << np.int64(58)
-# Below every key of the start's selections (|w| < 2**54, |u|, |v| < 2**55 there).
+# Below every key of the start's selections: with max_unit_bits, |w - u - v|
+# < 2**(60 - b) and the keys shifted left by b = ceil(log2 m) stay below 2**60.
 BELOW_ALL = -(np.int64(1) << np.int64(62))
-# Subtracted from kept entries in the direct moves: far below every dropped one.
-UNREACHABLE = np.int64(1) << np.int64(60)
+# Subtracted from kept entries in the direct moves (|w - u|, |w - v| < 2**58), so
+# every kept entry ranks below every dropped one.
+KEPT_PENALTY = np.int64(1) << np.int64(60)
 # Rows of the per-node state of _ssp_tile: one 2-D array instead of one
 # array per field, because Numba updates the reference count of every array
 # argument (atomically) on each call.
@@ -485,7 +487,7 @@ def _ssp_tile(w, w_t, kept, kept_t, m, n, width, potential, nodes):  # pragma: n
             best_value = BELOW_ALL
             for i in range(m):
                 k = column + np.uint64(i)
-                value = w_t[k] - nodes[_ROW_POTENTIAL, i] - kept_t[k] * UNREACHABLE
+                value = w_t[k] - nodes[_ROW_POTENTIAL, i] - kept_t[k] * KEPT_PENALTY
                 best_row += (i - best_row) * np.int64(value > best_value)
                 best_value = max(value, best_value)
             if nodes[_ROW_KEPT, best_row] >= n:
@@ -503,7 +505,7 @@ def _ssp_tile(w, w_t, kept, kept_t, m, n, width, potential, nodes):  # pragma: n
             best_value = BELOW_ALL
             for j in range(m):
                 k = row + np.uint64(j)
-                value = w[k] + nodes[_COLUMN_POTENTIAL, j] - kept[k] * UNREACHABLE
+                value = w[k] + nodes[_COLUMN_POTENTIAL, j] - kept[k] * KEPT_PENALTY
                 best_column += (j - best_column) * np.int64(value > best_value)
                 best_value = max(value, best_value)
             if nodes[_COLUMN_KEPT, best_column] >= n:
