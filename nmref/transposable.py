@@ -698,21 +698,19 @@ def transposable_mask(
 def _greedy(array: NDArray, pattern: Pattern, prune_form: bool) -> NDArray[np.bool_]:
     from nmref import _flow_kernels as kernels
 
-    # Only comparisons matter: one float64 or int64 key array (two compiled variants).
-    if (
-        array.dtype.kind == "u"
-        and array.dtype.itemsize == 8
-        and array.size
-        and array.max() >= 2**63
-    ):
-        array = (array ^ np.uint64(2**63)).view(np.int64)  # order-preserving shift
+    # Only comparisons matter: the kernel turns the bits of float64, int64 or
+    # uint64 scores into unsigned keys that order like them (three variants).
+    if array.dtype.kind == "u" and array.dtype.itemsize == 8:
+        bits, kind = array, 2
     elif array.dtype.kind in "iu" and array.size and np.abs(array).max() > 2**53:
-        array = array.astype(np.int64)
+        bits, kind = array.astype(np.int64, copy=False).view(np.uint64), 1
     else:
-        array = array.astype(np.float64)  # exact for every other allowed dtype
+        bits, kind = np.ascontiguousarray(array, dtype=np.float64).view(np.uint64), 0
     mask = np.zeros(array.shape, dtype=bool)
     if array.size:
-        kernels.greedy_tiles(np.ascontiguousarray(array), pattern.n, pattern.m, prune_form, mask)
+        kernels.greedy_tiles(
+            np.ascontiguousarray(bits), kind, pattern.n, pattern.m, prune_form, mask
+        )
     return mask
 
 

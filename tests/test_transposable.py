@@ -523,13 +523,17 @@ def test_greedy_fast_equals_reference(case):
 
 @pytest.mark.parametrize(("n", "m"), [(2, 4), (3, 8), (4, 8), (8, 16), (5, 16)])
 def test_greedy_kernel_orders_equal_the_reference_on_both_sides_of_64_entries(n, m):
-    # Tiles of <= 64 entries are ordered by counting ranks, larger ones by a stable sort.
+    # Tiles of <= 64 entries are ordered by counting ranks, larger ones by a stable radix
+    # sort of unsigned keys made from the scores' bits (float64, int64 and uint64 variants).
     rng = np.random.default_rng(m + n)
     for scores in (
         rng.standard_normal((2 * m, 2 * m)).astype(np.float32),
         rng.integers(-2, 3, (2 * m, 2 * m)).astype(np.float64),
         np.where(rng.random((m, 2 * m)) < 0.5, 0.0, -0.0),
         rng.integers(-3, 3, (m, m), dtype=np.int64) * 2**60,
+        rng.integers(2**64 - 4, 2**64 - 1, (m, m), dtype=np.uint64, endpoint=True),
+        rng.choice([-5e-324, 0.0, -0.0, 5e-324, -1.0, 1.0, -1e308, 1e308], (m, 2 * m)),
+        np.full((m, m), -2.5),
     ):
         for method in ("greedy", "greedy-prune"):
             np.testing.assert_array_equal(
