@@ -438,6 +438,22 @@ def _start_lanes(
                 kept_lanes[i * m + j, t] *= np.int64(key_lanes[i * m + j, t] >= sort[wire, t])
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _settle_nearest(nodes, reached, settled, distance, nearest, unreached):  # pragma: no cover
+    """Settle the lowest lane of ``nodes[reached]`` at distance ``nearest``; return it.
+
+    ``reached``, ``settled`` and ``distance`` are rows of :func:`_ssp_tile`'s
+    state for one side (rows or columns) whose minimum is ``nearest``.
+    """
+    lane = 0
+    while nodes[reached, lane] != nearest:
+        lane += 1
+    nodes[settled, lane] = 1
+    nodes[distance, lane] = nearest
+    nodes[reached, lane] = unreached
+    return lane
+
+
 @numba.njit(cache=True, nogil=True)
 def _ssp_tile(w, w_t, kept, kept_t, m, n, width, potential, nodes):  # pragma: no cover
     """Successive shortest paths on one tile (see nmref.flow.successive_shortest_paths).
@@ -565,12 +581,9 @@ def _ssp_tile(w, w_t, kept, kept_t, m, n, width, potential, nodes):  # pragma: n
                 best_column_distance = min(best_column_distance, nodes[_COLUMN_REACHED, i])
             best_distance = min(min(best_row_distance, best_column_distance), sink_reached)
             if best_row_distance == best_distance:
-                i = 0
-                while nodes[_ROW_REACHED, i] != best_distance:
-                    i += 1
-                nodes[_ROW_SETTLED, i] = 1
-                nodes[_ROW_DISTANCE, i] = best_distance
-                nodes[_ROW_REACHED, i] = unreached
+                i = _settle_nearest(
+                    nodes, _ROW_REACHED, _ROW_SETTLED, _ROW_DISTANCE, best_distance, unreached
+                )
                 # A row: arcs to the columns of its dropped entries.
                 base = best_distance + nodes[_ROW_POTENTIAL, i]
                 row = np.uint64(i * width)  # unsigned: indexing without wraparound code
@@ -586,12 +599,14 @@ def _ssp_tile(w, w_t, kept, kept_t, m, n, width, potential, nodes):  # pragma: n
                     nodes[_COLUMN_REACHED, j] = min(candidate, old)
                     nodes[_COLUMN_PARENT, j] += (i - nodes[_COLUMN_PARENT, j]) * better
             elif best_column_distance == best_distance:
-                j = 0
-                while nodes[_COLUMN_REACHED, j] != best_distance:
-                    j += 1
-                nodes[_COLUMN_SETTLED, j] = 1
-                nodes[_COLUMN_DISTANCE, j] = best_distance
-                nodes[_COLUMN_REACHED, j] = unreached
+                j = _settle_nearest(
+                    nodes,
+                    _COLUMN_REACHED,
+                    _COLUMN_SETTLED,
+                    _COLUMN_DISTANCE,
+                    best_distance,
+                    unreached,
+                )
                 # A column: arcs back to the rows of its kept entries, and to the sink.
                 base = best_distance + nodes[_COLUMN_POTENTIAL, j]
                 column = np.uint64(j * width)
@@ -942,7 +957,7 @@ def _exact_range(
             w_lanes,
         )
         # Each tile's status, as _load_tile decides it; too wide tiles are
-        # decoded again on their own and truncated into their lane.
+        # truncated from their lane's decoded significands into their lane.
         for b in range(block_size):
             t = tile_list[block + b]
             if not_finite[b]:
@@ -952,17 +967,9 @@ def _exact_range(
                 code = SOLVED
                 exponent = 0
             elif highest[b] - lowest[b] + 1 > max_bits:
-                _load_tile(
-                    bits,
-                    block_r0[b],
-                    block_c0[b],
-                    m,
-                    fraction_bits,
-                    max_bits,
-                    significand,
-                    scale,
-                    units,
-                )
+                for k in range(m * m):
+                    significand[k] = significand_lanes[k, b]
+                    scale[k] = scale_lanes[k, b]
                 exponent = _truncate_tile(significand, scale, m, max_bits, units, inexact)
                 code = SOLVED_TRUNCATED
                 for k in range(m * m):

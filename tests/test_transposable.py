@@ -249,9 +249,17 @@ def test_selection_network_selects_on_every_0_1_input(size):
         network = _selection_network(size, wire)
         assert network.shape[1] == 2 and (network[:, 0] < network[:, 1]).all()
         np.testing.assert_array_equal(_run_network(network, inputs)[:, wire], expected[:, wire])
-    # Pruning only drops comparators: the full network sorts, a selection needs fewer.
+    # Pruning only drops comparators: no selection needs more than Batcher's full sorting
+    # network ((k^2 - k + 4) 2^(k-2) - 1 comparators for 2^k wires), the largest and the
+    # smallest need a tournament of size - 1, and a middle wire fewer than the full network.
     if size >= 4:
-        assert len(_selection_network(size, size // 2 - 1)) < size * size
+        k = size.bit_length() - 1
+        full = (k * k - k + 4) * 2 ** (k - 2) - 1
+        lengths = [len(_selection_network(size, wire)) for wire in range(size)]
+        assert max(lengths) <= full
+        assert lengths[0] == lengths[-1] == size - 1
+        if size >= 8:
+            assert lengths[size // 2 - 1] < full
 
 
 def test_selection_network_on_32_wires_and_ties():
