@@ -16,9 +16,9 @@ from collections.abc import Sequence
 # Modules that provide ``add_parser(subparsers) -> None``; each registers one or
 # more subcommands whose ``func(args) -> int`` runs them.
 SUBCOMMANDS: tuple[str, ...] = (
-    "nmsim.format_commands",
-    "nmsim.perf_cli",
-    "nmsim.report_cli",
+    "nmsim.cli.formats",
+    "nmsim.cli.perf",
+    "nmsim.cli.report",
     "nmsim.verify",
 )
 

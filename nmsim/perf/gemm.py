@@ -35,7 +35,7 @@ from importlib import resources
 from typing import Literal
 
 from nmref.patterns import Pattern, parse_pattern
-from nmsim.hardware import DTYPE_BYTES, GPU, get_gpu, normalize_dtype
+from nmsim.perf.hardware import DTYPE_BYTES, GPU, get_gpu, normalize_dtype
 
 __all__ = [
     "GemmEstimate",
@@ -105,7 +105,7 @@ class GemmParameters:
     compress_bandwidth_fraction : float
         Fraction of DRAM bandwidth a runtime prune + compress pass sustains,
         counted on the dense weight bytes (derived from a measured point; used
-        by :func:`nmsim.calibration.compress_time_s`).
+        by :func:`nmsim.perf.calibration.compress_time_s`).
     provenance : str
         How the values were obtained.
     """

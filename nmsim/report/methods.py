@@ -293,13 +293,13 @@ COST_MODELS: dict[str, CostModel] = {
     "flops": CostModel(
         "flops",
         "training FLOPs per GEMM",
-        ("nmsim.flops:method_phases", "nmsim.flops:gemm_densities"),
+        ("nmsim.perf.flops:method_phases", "nmsim.perf.flops:gemm_densities"),
         "training-FLOP accounting, issue 5",
     ),
     "time": CostModel(
         "time",
         "estimated GEMM time",
-        ("nmsim.gemm:gemm_time", "nmsim.hardware:get_gpu"),
+        ("nmsim.perf.gemm:gemm_time", "nmsim.perf.hardware:get_gpu"),
         "GEMM time model and GPU database, issue 5",
     ),
 }
@@ -325,15 +325,15 @@ def gemm_shapes(shape: tuple[int, ...], tokens: int) -> dict[str, tuple[int, int
 def method_densities(
     flops_method: str, pattern: Pattern, accounting: str = "ideal"
 ) -> dict[str, float]:
-    """Phase-weighted density of each GEMM for a method (``nmsim.flops``).
+    """Phase-weighted density of each GEMM for a method (``nmsim.perf.flops``).
 
     ``accounting="ideal"`` counts only products with a kept weight (N/M);
     ``"hardware"`` counts what a 2:4 sparse tensor core executes
-    (``nmsim.flops.gemm_densities``): never below 1/2, dense where the pattern
+    (``nmsim.perf.flops.gemm_densities``): never below 1/2, dense where the pattern
     or the operand cannot use the sparse path.
     """
-    method_phases = _resolve("nmsim.flops:method_phases")
-    gemm_densities = _resolve("nmsim.flops:gemm_densities")
+    method_phases = _resolve("nmsim.perf.flops:method_phases")
+    gemm_densities = _resolve("nmsim.perf.flops:gemm_densities")
     densities = dict.fromkeys(GEMMS, 0.0)
     for phase in method_phases(flops_method, f"{pattern.n}:{pattern.m}"):
         phase_densities = gemm_densities(phase, pattern, accounting)
@@ -345,12 +345,12 @@ def method_densities(
 def gemm_seconds(
     gpu: str, shape: tuple[int, int, int], dtype: str, pattern: Pattern | None
 ) -> tuple[float, tuple[str, ...]]:
-    """Estimated time of one GEMM (``nmsim.gemm.gemm_time``) and the model's notes.
+    """Estimated time of one GEMM (``nmsim.perf.gemm.gemm_time``) and the model's notes.
 
     ``pattern=None`` is dense. Patterns the hardware cannot accelerate run
     dense (``incompatible="dense"``); the notes then say so.
     """
-    gemm_time = _resolve("nmsim.gemm:gemm_time")
+    gemm_time = _resolve("nmsim.perf.gemm:gemm_time")
     m, n, k = shape
     sparse = None if pattern is None else f"{pattern.n}:{pattern.m}"
     try:
@@ -367,8 +367,8 @@ def gemm_seconds(
 
 
 def check_gpu(gpu: str) -> str:
-    """Validate a GPU name with the GPU database (``nmsim.hardware.get_gpu``)."""
-    get_gpu = _resolve("nmsim.hardware:get_gpu")
+    """Validate a GPU name with the GPU database (``nmsim.perf.hardware.get_gpu``)."""
+    get_gpu = _resolve("nmsim.perf.hardware:get_gpu")
     try:
         found = get_gpu(gpu)
     except KeyError as error:

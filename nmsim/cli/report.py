@@ -293,7 +293,7 @@ def render_table(report: dict[str, Any], console: Any) -> None:
 def _progress(console: Any, quiet: bool) -> tuple[Any, Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from nmsim.report import Progress as Callbacks
+    from nmsim.report.build import Progress as Callbacks
 
     bar = Progress(
         TextColumn("{task.description}"),
@@ -318,7 +318,7 @@ def _progress(console: Any, quiet: bool) -> tuple[Any, Any]:
 
 def _heatmap_weight(report: dict[str, Any], checkpoint: str | None) -> dict[str, Any]:
     from nmref.checkpoints import TensorInfo
-    from nmsim.report import resolve_source
+    from nmsim.report.build import resolve_source
 
     for entry in report["tensors"]:
         result = entry["methods"].get("1d") if entry["status"] == "ok" else None
@@ -336,7 +336,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         from rich.console import Console
 
-        from nmsim.report import ReportSettings, build_report
+        from nmsim.report.build import ReportSettings, build_report
     except ImportError as error:
         raise ValueError(
             f"nmsim report needs the 'report' extra ({error.name} is missing): "
@@ -356,7 +356,7 @@ def run(args: argparse.Namespace) -> int:
         bimask_candidates=args.bimask_candidates,
     )
     if args.out is not None:
-        from nmsim.report_files import JSON_NAME
+        from nmsim.report.files import JSON_NAME
 
         out = Path(args.out)
         # Fail before the work when the main output is already there.
@@ -380,7 +380,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         bar.stop()
     if args.out is not None:
-        from nmsim.report_files import write_outputs
+        from nmsim.report.files import write_outputs
 
         try:
             written = write_outputs(

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nmsim.report_cli import format_ratio
+from nmsim.cli.report import format_ratio
 
 __all__ = ["add_parser"]
 
@@ -74,7 +74,7 @@ def _flag(value: Any) -> str:
 
 # --------------------------------------------------------------------------- gpus
 def _run_gpus(args: argparse.Namespace) -> int:
-    from nmsim.hardware import list_gpus
+    from nmsim.perf.hardware import list_gpus
 
     gpus = list_gpus()
     if args.json:
@@ -140,7 +140,7 @@ def _run_gpus(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- gemm
 def _run_gemm(args: argparse.Namespace) -> int:
-    from nmsim.gemm import gemm_time
+    from nmsim.perf.gemm import gemm_time
 
     common = dict(dtype=args.dtype, accumulate=args.accumulate, output_dtype=args.output_dtype)
     dense = gemm_time(args.gpu, args.m, args.n, args.k, **common)
@@ -198,7 +198,7 @@ def _run_gemm(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- flops
 def _options(args: argparse.Namespace) -> Any:
-    from nmsim.flops import MethodOptions
+    from nmsim.perf.flops import MethodOptions
 
     roles = tuple(r for r in args.keep_dense.split(",") if r) if args.keep_dense else ()
     return MethodOptions(
@@ -212,7 +212,7 @@ def _options(args: argparse.Namespace) -> Any:
 
 
 def _run_flops(args: argparse.Namespace) -> int:
-    from nmsim.flops import GEMMS, assumption_table, training_flops
+    from nmsim.perf.flops import GEMMS, assumption_table, training_flops
 
     opts = _options(args)
     reports = {
@@ -329,7 +329,7 @@ def _run_flops(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- estimate
 def _run_estimate(args: argparse.Namespace) -> int:
-    from nmsim.estimate import DEFAULT_NON_GEMM_FRACTION, estimate_step
+    from nmsim.perf.estimate import DEFAULT_NON_GEMM_FRACTION, estimate_step
 
     fraction = (
         DEFAULT_NON_GEMM_FRACTION if args.non_gemm_fraction is None else args.non_gemm_fraction
@@ -378,7 +378,7 @@ def _run_estimate(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- calibrate
 def _run_calibrate(args: argparse.Namespace) -> int:
-    from nmsim.calibration import FITTED, calibrate, parameters_toml
+    from nmsim.perf.calibration import FITTED, calibrate, parameters_toml
 
     report = calibrate(leave_one_out=not args.no_loo)
     if args.write:

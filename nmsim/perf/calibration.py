@@ -1,7 +1,7 @@
 """Calibration of the GEMM time model against published dense vs 2:4 measurements.
 
 The points live in ``nmsim/data/calibration.toml`` with a source each. Points
-with ``role = "train"`` fit the free efficiencies of :class:`~nmsim.gemm.GemmParameters`
+with ``role = "train"`` fit the free efficiencies of :class:`~nmsim.perf.gemm.GemmParameters`
 (``FITTED``); ``role = "test"`` points are held out and reported; ``check``
 points are qualitative published statements reported as pass/fail; a leave-one-
 out pass refits once per quantitative point. See ``specs/gemm_model.md``.
@@ -22,8 +22,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from nmsim.gemm import GemmParameters, default_parameters, gemm_time
-from nmsim.hardware import get_gpu
+from nmsim.perf.gemm import GemmParameters, default_parameters, gemm_time
+from nmsim.perf.hardware import get_gpu
 
 __all__ = [
     "ASSUMED",

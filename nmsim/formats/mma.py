@@ -24,7 +24,7 @@ from typing import Literal
 
 import numpy as np
 
-from nmsim.formats import (
+from nmsim.formats.sparse_2to4 import (
     MetadataLayout,
     bf16_bits_to_float32,
     dtype_kind_of,
@@ -254,7 +254,7 @@ def mma_sp(
 
     Examples
     --------
-    >>> from nmsim.formats import compress_2to4
+    >>> from nmsim.formats.sparse_2to4 import compress_2to4
     >>> a = np.zeros((32, 32), dtype=np.float16); a[:, 0] = 2; a[:, 3] = 3
     >>> values, metadata = compress_2to4(a, dtype_kind="fp16")
     >>> b = np.ones((32, 8), dtype=np.float16)
