@@ -170,7 +170,7 @@ def test_gemm_cli_speedup_line_uses_the_unrounded_ratio_format(
     m: int, n: int, k: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The table's speedup line is format_ratio's: never "1.000x" for a ratio that is not 1."""
-    from nmsim.cli.report import format_ratio
+    from nmsim.cli.tables import format_ratio
     from nmsim.perf.gemm import gemm_time
 
     argv = ["gemm", "--gpu", "a100", "-m", str(m), "-n", str(n), "-k", str(k), "--sparse", "2:4"]

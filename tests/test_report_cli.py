@@ -294,7 +294,7 @@ def test_missing_matplotlib_is_one_line(tmp_path, capsys, monkeypatch):
     ],
 )
 def test_ratios_never_round_onto_one(value, text):
-    from nmsim.cli.report import format_ratio
+    from nmsim.cli.tables import format_ratio
 
     assert format_ratio(value) == text
 

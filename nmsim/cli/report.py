@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nmsim.cli.tables import format_ratio
+
 __all__ = ["add_parser", "format_ratio", "render_table", "run"]
 
 
@@ -96,25 +98,6 @@ def add_parser(subparsers: Any) -> None:
 
 def _percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.2f}%"
-
-
-def format_ratio(value: float | None, digits: int = 2) -> str:
-    """A ratio as ``"1.23x"``, never rounded onto ``1`` unless it is exactly 1.
-
-    A sparse run marginally slower than dense (0.9999) must not read as "1.00x", nor a
-    marginal gain as no change: such ratios get more decimals (``"0.9999x"``), up to 6;
-    beyond that a ``<`` or ``>`` says on which side of 1 they lie (``"<1.000000x"``).
-    ``None`` is ``"-"``.
-    """
-    if value is None:
-        return "-"
-    text = f"{value:.{digits}f}"
-    while value != 1 and float(text) == 1 and digits < 6:
-        digits += 1
-        text = f"{value:.{digits}f}"
-    if value != 1 and float(text) == 1:
-        text = ("<" if value < 1 else ">") + text
-    return f"{text}x"
 
 
 def _faster_or_slower(speedup: float) -> str:

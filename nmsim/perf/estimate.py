@@ -12,12 +12,12 @@ See ``specs/gemm_model.md`` §"Step estimate".
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from nmref.patterns import Pattern, parse_pattern
+from nmsim._validation import positive_int
 from nmsim.perf.calibration import compress_time_s
 from nmsim.perf.flops import (
     GEMMS,
@@ -175,11 +175,7 @@ def estimate_step(
     and batch folded into ``n`` (an approximation). Grouped convolutions are
     ``count`` separate GEMMs. Complexity O(layers x phases x tile configs).
     """
-    if isinstance(batch, bool) or not isinstance(batch, numbers.Integral):
-        raise TypeError(f"batch={batch!r} must be a positive integer")
-    if batch < 1:
-        raise ValueError(f"batch={batch!r} must be a positive integer")
-    batch = int(batch)
+    batch = positive_int("batch", batch)
     if not 0.0 <= non_gemm_fraction < 1.0:
         raise ValueError(f"non_gemm_fraction={non_gemm_fraction} must be in [0, 1)")
     if mode not in ("train", "inference"):

@@ -9,20 +9,8 @@ The command line is :mod:`nmsim.cli.report`.
 
 from __future__ import annotations
 
-from nmsim.report.build import (
-    DEFAULT_CHECKPOINT,
-    DTYPES,
-    SCHEMA,
-    ReportSettings,
-    build_report,
-    default_checkpoint_path,
-)
+# One list of names: this package exports exactly the public API of ``build``.
+from nmsim.report import build
+from nmsim.report.build import *  # noqa: F403
 
-__all__ = [
-    "DEFAULT_CHECKPOINT",
-    "DTYPES",
-    "SCHEMA",
-    "ReportSettings",
-    "build_report",
-    "default_checkpoint_path",
-]
+__all__ = list(build.__all__)

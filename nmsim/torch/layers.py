@@ -77,6 +77,17 @@ class _SparseMixin:
         elif bame_config is not None:
             raise ValueError(f"bame_config is only used by method='bame', not {method!r}")
 
+    def _init_from_options(self, layout: Layout, options: dict) -> None:
+        """:meth:`_init_sparse` from ``from_dense``'s keyword options, with the defaults of
+        the constructors."""
+        self._init_sparse(
+            options.get("pattern", "2:4"),
+            options.get("method", "srste"),
+            layout,
+            options.get("decay", SRSTE_DEFAULT_DECAY),
+            options.get("bame_config"),
+        )
+
     def _init_bame(self, config) -> None:
         from nmref.bame import BameConfig, BameState
 
@@ -366,13 +377,7 @@ class SparseLinear(_SparseMixin, nn.Linear):
         layer.in_features, layer.out_features = linear.in_features, linear.out_features
         layer.weight = linear.weight
         layer.bias = linear.bias
-        layer._init_sparse(
-            options.get("pattern", "2:4"),
-            options.get("method", "srste"),
-            "linear",
-            options.get("decay", SRSTE_DEFAULT_DECAY),
-            options.get("bame_config"),
-        )
+        layer._init_from_options("linear", options)
         return layer
 
 
@@ -460,11 +465,5 @@ class SparseConv2d(_SparseMixin, nn.Conv2d):
         layer._parameters = dict(conv._parameters)
         layer._buffers = dict(conv._buffers)
         layer._modules = dict(conv._modules)
-        layer._init_sparse(
-            options.get("pattern", "2:4"),
-            options.get("method", "srste"),
-            options.get("layout", "channels"),
-            options.get("decay", SRSTE_DEFAULT_DECAY),
-            options.get("bame_config"),
-        )
+        layer._init_from_options(options.get("layout", "channels"), options)
         return layer
