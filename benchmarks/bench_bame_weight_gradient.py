@@ -15,7 +15,7 @@ import torch
 from _timing import median_seconds
 
 import nmsim.torch as nt
-from nmsim.torch.training import gathered_weight_gradient
+from nmsim.torch.functions import gathered_weight_gradient
 
 
 def main() -> None:

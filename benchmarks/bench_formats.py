@@ -15,7 +15,7 @@ import argparse
 import numpy as np
 from _timing import median_seconds
 
-from nmsim.formats import compress_2to4, decompress_2to4
+from nmsim.formats.sparse_2to4 import compress_2to4, decompress_2to4
 
 
 def pruned_matrix(rows: int, columns: int, dtype: type) -> np.ndarray:

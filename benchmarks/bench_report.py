@@ -172,7 +172,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from nmsim.report_methods import MASK_METHODS
+    from nmsim.report.methods import MASK_METHODS
 
     installed = ",".join(k for k, m in MASK_METHODS.items() if m.unavailable() is None)
     print(f"mask methods installed: {installed}; workers={args.workers}")

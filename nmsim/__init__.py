@@ -8,20 +8,40 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from nmsim.formats import compress_2to4, decompress_2to4
-from nmsim.mma import mma_sp
+from nmref._deprecation import install_moved_modules
+from nmsim.formats.mma import mma_sp
+from nmsim.formats.sparse_2to4 import compress_2to4, decompress_2to4
 
 try:
     __version__ = version("nm-sparsity-ref")
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
-from nmsim.calibration import calibrate
-from nmsim.estimate import StepEstimate, estimate_step
-from nmsim.flops import METHODS, FlopReport, MethodOptions, training_flops
-from nmsim.gemm import GemmEstimate, GemmParameters, gemm_time
-from nmsim.hardware import GPU, get_gpu, list_gpus
-from nmsim.models import MODELS, Layer, layers_from_torch, model_layers
+from nmsim.perf.calibration import calibrate
+from nmsim.perf.estimate import StepEstimate, estimate_step
+from nmsim.perf.flops import METHODS, FlopReport, MethodOptions, training_flops
+from nmsim.perf.gemm import GemmEstimate, GemmParameters, gemm_time
+from nmsim.perf.hardware import GPU, get_gpu, list_gpus
+from nmsim.perf.models import MODELS, Layer, layers_from_torch, model_layers
+
+# The flat modules of earlier releases; each old path warns once and returns the new module.
+install_moved_modules(
+    {
+        "nmsim.calibration": "nmsim.perf.calibration",
+        "nmsim.estimate": "nmsim.perf.estimate",
+        "nmsim.flops": "nmsim.perf.flops",
+        "nmsim.gemm": "nmsim.perf.gemm",
+        "nmsim.hardware": "nmsim.perf.hardware",
+        "nmsim.models": "nmsim.perf.models",
+        "nmsim.mma": "nmsim.formats.mma",
+        "nmsim.report_methods": "nmsim.report.methods",
+        "nmsim.report_files": "nmsim.report.files",
+        "nmsim.report_zoo": "nmsim.report.zoo",
+        "nmsim.report_cli": "nmsim.cli.report",
+        "nmsim.perf_cli": "nmsim.cli.perf",
+        "nmsim.format_commands": "nmsim.cli.formats",
+    }
+)
 
 __all__ = [
     "GPU",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nmsim.formats import format_spec, nonzero_mask
+from nmsim.formats.sparse_2to4 import format_spec, nonzero_mask
 
 
 def random_elements(

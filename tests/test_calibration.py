@@ -9,7 +9,8 @@ from functools import cache
 
 import pytest
 
-from nmsim.calibration import (
+from nmsim.cli import main
+from nmsim.perf.calibration import (
     FITTED,
     CalibrationReport,
     calibrate,
@@ -18,9 +19,8 @@ from nmsim.calibration import (
     load_points,
     predict_point,
 )
-from nmsim.cli import main
-from nmsim.gemm import default_parameters
-from nmsim.hardware import get_gpu
+from nmsim.perf.gemm import default_parameters
+from nmsim.perf.hardware import get_gpu
 
 
 @cache

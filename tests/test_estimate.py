@@ -7,9 +7,9 @@ import json
 import pytest
 
 from nmsim.cli import main
-from nmsim.estimate import estimate_step
-from nmsim.flops import MethodOptions
-from nmsim.models import Layer
+from nmsim.perf.estimate import estimate_step
+from nmsim.perf.flops import MethodOptions
+from nmsim.perf.models import Layer
 
 
 def test_dense_method_is_exactly_dense() -> None:
@@ -170,8 +170,8 @@ def test_gemm_cli_speedup_line_uses_the_unrounded_ratio_format(
     m: int, n: int, k: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The table's speedup line is format_ratio's: never "1.000x" for a ratio that is not 1."""
-    from nmsim.gemm import gemm_time
-    from nmsim.report_cli import format_ratio
+    from nmsim.cli.tables import format_ratio
+    from nmsim.perf.gemm import gemm_time
 
     argv = ["gemm", "--gpu", "a100", "-m", str(m), "-n", str(n), "-k", str(k), "--sparse", "2:4"]
     assert main(argv) == 0
@@ -267,8 +267,8 @@ def test_step_equals_the_gemms_and_passes_written_out() -> None:
     a100-mlp-train-weight24 charges it: 16 MiB for two 8 MiB weights); Bi-Mask's separate
     backward mask needs its own pass. SR-STE compresses W only.
     """
-    from nmsim.calibration import compress_time_s
-    from nmsim.gemm import gemm_time
+    from nmsim.perf.calibration import compress_time_s
+    from nmsim.perf.gemm import gemm_time
 
     out, inp, tokens, batch = 512, 256, 64, 4
     layer = (Layer("w", "linear", out, inp, tokens),)

@@ -11,14 +11,14 @@ from hypothesis import strategies as st
 
 from nmref.patterns import Pattern
 from nmsim.cli import main
-from nmsim.flops import (
+from nmsim.perf.flops import (
     METHODS,
     MethodOptions,
     assumption_table,
     method_phases,
     training_flops,
 )
-from nmsim.models import MODELS, Layer, model_layers
+from nmsim.perf.models import MODELS, Layer, model_layers
 
 IMAGENET = 1_281_167
 PATTERNS = ["2:4", "1:4", "2:8", "1:8", "1:16", "4:8"]
@@ -290,7 +290,7 @@ def test_every_builtin_model_runs_through_every_method() -> None:
 # --------------------------------------------------------------------------- torch tracing
 def test_layers_from_torch_traces_convs_linears_and_the_rest() -> None:
     torch = pytest.importorskip("torch")
-    from nmsim.models import layers_from_torch
+    from nmsim.perf.models import layers_from_torch
 
     class Net(torch.nn.Module):
         def __init__(self) -> None:
@@ -328,7 +328,7 @@ def test_layers_from_torch_traces_convs_linears_and_the_rest() -> None:
 def test_layers_from_torch_never_drops_untraced_work_that_does_not_divide_by_the_batch() -> None:
     """Regression: 105 weight-only MACs with batch 2 used to vanish from the table silently."""
     torch = pytest.importorskip("torch")
-    from nmsim.models import layers_from_torch
+    from nmsim.perf.models import layers_from_torch
 
     class Net(torch.nn.Module):
         def __init__(self) -> None:
@@ -350,7 +350,7 @@ def test_layers_from_torch_never_drops_untraced_work_that_does_not_divide_by_the
 def test_bame_overhead_from_a_schedule_charges_what_nmref_bame_computes() -> None:
     """dW density rho + p (1 - rho) with p from the schedule == nmref.bame's own fraction."""
     from nmref.bame import BameConfig, weight_gradient_fraction
-    from nmsim.flops import bame_update_overhead
+    from nmsim.perf.flops import bame_update_overhead
 
     layers = model_layers("llama-mlp", tokens=8)
     for n, m, steps, (t_i, t_f, interval), candidates in [

@@ -1,4 +1,4 @@
-"""Tests for ``nmsim compress`` / ``nmsim inspect`` (``nmsim.format_commands``)."""
+"""Tests for ``nmsim compress`` / ``nmsim inspect`` (``nmsim.cli.formats``)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from nmsim.cli import main
-from nmsim.format_commands import (
+from nmsim.cli.formats import (
     _float_to_bf16_bits,
     convert_for_kind,
     load_compressed,
     pattern_histogram,
 )
-from nmsim.formats import compress_2to4, decompress_2to4, metadata_to_positions
+from nmsim.formats.sparse_2to4 import compress_2to4, decompress_2to4, metadata_to_positions
 
 
 @pytest.fixture

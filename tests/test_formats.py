@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nmsim import formats
-from nmsim.formats import (
+from nmsim.formats import sparse_2to4 as formats
+from nmsim.formats.sparse_2to4 import (
     DTYPE_KINDS,
     bf16_bits_to_float32,
     check_shape,

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch", reason="the PyTorch comparison needs torch (CPU is enough)")
 conversions = pytest.importorskip("torch.sparse._semi_structured_conversions")
 
-from nmsim.formats import (  # noqa: E402
+from nmsim.formats.sparse_2to4 import (  # noqa: E402
     DTYPE_KINDS,
     compress_2to4,
     decompress_2to4,

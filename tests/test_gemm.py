@@ -12,14 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nmref.patterns import Pattern
-from nmsim.gemm import (
+from nmsim.perf.gemm import (
     GemmParameters,
     default_parameters,
     gemm_time,
     hardware_compatible,
     max_kept_per_hardware_group,
 )
-from nmsim.hardware import get_gpu, gpu_names
+from nmsim.perf.hardware import get_gpu, gpu_names
 
 GPUS = ("a100-sxm4-80gb", "h100-sxm", "l40s", "rtx-4090", "b200", "a10")
 TWO_FOUR, ONE_TWO = Pattern(2, 4), Pattern(1, 2)
@@ -352,12 +352,12 @@ def test_time_matches_the_hand_written_formula(
 def test_docstring_examples_hold() -> None:
     import doctest
 
-    import nmsim.flops
-    import nmsim.gemm
-    import nmsim.hardware
-    import nmsim.models
+    import nmsim.perf.flops
+    import nmsim.perf.gemm
+    import nmsim.perf.hardware
+    import nmsim.perf.models
 
-    for module in (nmsim.gemm, nmsim.hardware, nmsim.flops, nmsim.models):
+    for module in (nmsim.perf.gemm, nmsim.perf.hardware, nmsim.perf.flops, nmsim.perf.models):
         result = doctest.testmod(module)
         assert result.failed == 0 and result.attempted > 0, module.__name__
 
@@ -369,8 +369,8 @@ def test_docstring_examples_hold() -> None:
 def test_metadata_bits_agree_with_the_bit_exact_format(gemm_dtype: str, format_kind: str) -> None:
     """hardware.md §2 tags the metadata cost [M, derived]; nmsim.formats reproduces PyTorch's
     converter bit for bit, so its word sizes pin the bits per kept value independently."""
-    from nmsim.formats import compress_2to4, format_spec
-    from nmsim.gemm import metadata_bits_per_kept
+    from nmsim.formats.sparse_2to4 import compress_2to4, format_spec
+    from nmsim.perf.gemm import metadata_bits_per_kept
 
     spec = format_spec(format_kind)
     kept_per_word = spec.dense_columns_per_word * spec.kept_per_group // spec.group_size

@@ -9,7 +9,7 @@ from importlib import resources
 import pytest
 
 from nmref.patterns import Pattern
-from nmsim.hardware import DTYPE_BYTES, get_gpu, gpu_names, list_gpus, normalize_dtype
+from nmsim.perf.hardware import DTYPE_BYTES, get_gpu, gpu_names, list_gpus, normalize_dtype
 
 ISSUE_GPUS = (
     "a100-sxm4-40gb",

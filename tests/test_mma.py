@@ -1,4 +1,4 @@
-"""Tests for ``nmsim.mma``: sparse MMA equals the masked dense product (specs/formats.md)."""
+"""Tests for ``nmsim.formats.mma``: sparse MMA equals the masked dense product (specs/formats.md)."""
 
 from __future__ import annotations
 
@@ -10,19 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nmsim import mma
-from nmsim.formats import (
-    DTYPE_KINDS,
-    METADATA_LAYOUTS,
-    bf16_bits_to_float32,
-    compress_2to4,
-    float32_to_bf16_bits,
-    format_spec,
-    nonzero_mask,
-    pack_nibbles,
-    unreorder_metadata,
-)
-from nmsim.mma import (
+from nmsim.formats import mma
+from nmsim.formats.mma import (
     WarpFragments,
     accumulation_error_bound,
     fragment_coordinates,
@@ -33,6 +22,17 @@ from nmsim.mma import (
     mma_sp_tiled,
     mma_sp_warp,
     tf32_round,
+)
+from nmsim.formats.sparse_2to4 import (
+    DTYPE_KINDS,
+    METADATA_LAYOUTS,
+    bf16_bits_to_float32,
+    compress_2to4,
+    float32_to_bf16_bits,
+    format_spec,
+    nonzero_mask,
+    pack_nibbles,
+    unreorder_metadata,
 )
 from tests.format_cases import random_sparse
 

@@ -17,9 +17,9 @@ import pytest
 from nmref.checkpoints import read_tensor
 from nmref.layouts import to_reduction_matrix
 from nmref.masks import is_nm, magnitude_mask
-from nmsim.report import ReportSettings, build_report, default_checkpoint_path
-from nmsim.report_methods import COST_MODELS, GEMMS, MASK_METHODS, mask_digest
-from nmsim.report_zoo import ZOO, synthetic_weight
+from nmsim.report.build import ReportSettings, build_report, default_checkpoint_path
+from nmsim.report.methods import COST_MODELS, GEMMS, MASK_METHODS, mask_digest
+from nmsim.report.zoo import ZOO, synthetic_weight
 from tests.json_schema import validate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,11 +120,15 @@ def fake_providers(monkeypatch):
     )
     monkeypatch.setitem(
         sys.modules,
-        "nmsim.flops",
+        "nmsim.perf.flops",
         types.SimpleNamespace(method_phases=fake_method_phases, gemm_densities=fake_gemm_densities),
     )
-    monkeypatch.setitem(sys.modules, "nmsim.gemm", types.SimpleNamespace(gemm_time=fake_gemm_time))
-    monkeypatch.setitem(sys.modules, "nmsim.hardware", types.SimpleNamespace(get_gpu=fake_get_gpu))
+    monkeypatch.setitem(
+        sys.modules, "nmsim.perf.gemm", types.SimpleNamespace(gemm_time=fake_gemm_time)
+    )
+    monkeypatch.setitem(
+        sys.modules, "nmsim.perf.hardware", types.SimpleNamespace(get_gpu=fake_get_gpu)
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -257,7 +261,7 @@ def test_gemm_the_hardware_cannot_group_is_timed_dense_not_fatal():
     # the hardware group 4. The report completes; that GEMM is timed dense, with a note.
     if COST_MODELS["time"].unavailable() or MASK_METHODS["transposable"].unavailable():
         pytest.skip("needs the time model and transposable masks")
-    from nmsim.gemm import gemm_time
+    from nmsim.perf.gemm import gemm_time
 
     report = build_report(None, ReportSettings(pattern="1:2", methods=("1d", "transposable")))
     assert_valid(report)
@@ -483,8 +487,8 @@ def test_flops_and_time_equal_the_installed_cost_model():
     if COST_MODELS["flops"].unavailable() or COST_MODELS["time"].unavailable():
         pytest.skip("the FLOP/GEMM model (issue 5) is not in this installation")
     from nmref.patterns import parse_pattern
-    from nmsim.flops import gemm_densities, method_phases
-    from nmsim.gemm import gemm_time
+    from nmsim.perf.flops import gemm_densities, method_phases
+    from nmsim.perf.gemm import gemm_time
 
     tokens = 2048
     report = build_report(None, ReportSettings(methods=("1d",), batch_tokens=tokens))
@@ -589,7 +593,7 @@ def test_transposable_numbers_equal_the_installed_library():
 def test_worker_tasks_pickle_for_spawned_processes():
     import pickle
 
-    from nmsim.report import Source
+    from nmsim.report.build import Source
 
     settings = ReportSettings().validated()
     info = next(iter(Source("zoo", "llama-mlp").entries()))
@@ -666,7 +670,7 @@ def test_kernel_shape_rules_match_the_installed_torch():
 
 def test_alignment_facts():
     from nmref.patterns import parse_pattern
-    from nmsim.report import alignment
+    from nmsim.report.build import alignment
 
     facts = alignment((10, 128), "linear", parse_pattern("2:4"), "bf16")
     assert facts["groups_fit"] and not facts["tiles_fit"]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from nmsim.cli import main
-from nmsim.report import default_checkpoint_path
+from nmsim.report.build import default_checkpoint_path
 from tests.json_schema import validate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -238,7 +238,7 @@ def test_pickled_code_in_a_pt_file_is_refused(tmp_path, capsys):
 
 
 def test_unknown_gpu_is_one_line_when_the_gpu_database_is_installed(capsys):
-    from nmsim.report_methods import COST_MODELS
+    from nmsim.report.methods import COST_MODELS
 
     if COST_MODELS["time"].unavailable() is not None:
         pytest.skip("the GPU database (issue 5) is not in this installation")
@@ -294,7 +294,7 @@ def test_missing_matplotlib_is_one_line(tmp_path, capsys, monkeypatch):
     ],
 )
 def test_ratios_never_round_onto_one(value, text):
-    from nmsim.report_cli import format_ratio
+    from nmsim.cli.tables import format_ratio
 
     assert format_ratio(value) == text
 
@@ -305,7 +305,7 @@ def test_a_marginal_slowdown_is_not_shown_as_no_change(capsys):
 
     from rich.console import Console
 
-    from nmsim.report_cli import render_table
+    from nmsim.cli.report import render_table
 
     status, out, _ = run(capsys, "--json", "--methods", "1d")
     assert status == 0

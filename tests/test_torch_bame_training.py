@@ -12,7 +12,9 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 import nmsim.torch as nt  # noqa: E402
-from nmsim.torch.training import SparseLinear, gathered_weight_gradient, sparsify  # noqa: E402
+from nmsim.torch.functions import gathered_weight_gradient  # noqa: E402
+from nmsim.torch.layers import SparseLinear  # noqa: E402
+from nmsim.torch.model import sparsify  # noqa: E402
 
 
 def _config(**changes):

@@ -315,7 +315,7 @@ def test_flow_returns_the_canonical_optimum_on_ties():
 @pytest.mark.parametrize("method", ["exact", "greedy"])
 def test_weight_masks_equal_nmref_for_every_layout(layout, method):
     reference = pytest.importorskip("nmref.transposable")
-    from nmsim.torch.training import transposable_weight_mask
+    from nmsim.torch.functions import transposable_weight_mask
 
     rng = np.random.default_rng(7)
     shape = (

@@ -8,21 +8,33 @@ conformance kit :mod:`nmref.testing` check it.
 
 from __future__ import annotations
 
-from .layouts import from_reduction_matrix, to_reduction_matrix
-from .masks import SUPPORTED_DTYPES, is_nm, magnitude_mask, nm_mask, to_magnitude_keys
-from .training import (
+from nmref._deprecation import install_moved_modules
+
+# The rest of what nmsim.torch.training held, so that its old path (an alias of this
+# package) still finds every name it had; ``__all__`` stays what it was.
+from .functions import BAME_GRADIENT_MODES as BAME_GRADIENT_MODES
+from .functions import LAYER_METHODS as LAYER_METHODS
+from .functions import (
     METHODS,
     SRSTE_DEFAULT_DECAY,
     BameConv2dFunction,
     BameLinearFunction,
     MaskedWeight,
-    SparseConv2d,
-    SparseLinear,
-    SparsifyResult,
     sparse_weight,
-    sparsify,
     srste_gradient,
 )
+from .functions import BiMaskConv2dFunction as BiMaskConv2dFunction
+from .functions import BiMaskLinearFunction as BiMaskLinearFunction
+from .functions import GivenMaskWeight as GivenMaskWeight
+from .functions import gathered_weight_gradient as gathered_weight_gradient
+from .functions import transposable_weight_mask as transposable_weight_mask
+from .layers import SparseConv2d, SparseLinear
+from .layouts import from_reduction_matrix, to_reduction_matrix
+from .masks import SUPPORTED_DTYPES, is_nm, magnitude_mask, nm_mask, to_magnitude_keys
+from .model import SparsifyResult, sparsify
+
+# training.py was split by concern (functions, layers, model); its names are all here.
+install_moved_modules({"nmsim.torch.training": "nmsim.torch"})
 
 
 def golden_implementation(vector, device: str = "cpu"):

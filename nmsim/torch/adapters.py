@@ -87,7 +87,7 @@ def training_adapter(
     through the convolution path) holding ``w``, runs one forward with ``x``
     and one backward with ``dy``, and returns the three GEMM results.
     """
-    from .training import SparseConv2d, SparseLinear
+    from .layers import SparseConv2d, SparseLinear
 
     def adapter(x, w, dy, n, m):
         weight = torch.from_numpy(np.ascontiguousarray(w)).to(device)

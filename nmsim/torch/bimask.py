@@ -27,7 +27,7 @@ from nmref.layouts import Layout, default_layout
 from nmref.patterns import check_pattern
 
 from .layouts import from_reduction_matrix, to_reduction_matrix
-from .masks import _check_no_nan, nm_mask
+from .masks import check_no_nan, nm_mask
 
 __all__ = ["backward_mask", "score_permutations", "search_permutation"]
 
@@ -43,7 +43,7 @@ def _as_weight(weight: torch.Tensor, name: str = "weight") -> torch.Tensor:
         raise TypeError(f"{name} must be float16/bfloat16/float32/float64, got {weight.dtype}")
     if weight.dim() < 2:
         raise ValueError(f"{name} must have ndim >= 2, got {weight.dim()}")
-    _check_no_nan(weight, name)
+    check_no_nan(weight, name)
     return weight
 
 

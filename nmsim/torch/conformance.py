@@ -178,7 +178,7 @@ def _bimask_scores(layout: str, dtype: str, device: str, quick: bool) -> Report:
 def _bimask_training(dtype: str, device: str, quick: bool) -> Report:
     from nmref.testing.bimask import check_bimask_training
 
-    from .training import SparseConv2d, SparseLinear
+    from .layers import SparseConv2d, SparseLinear
 
     def impl(x, w, dy, permutation, n, m, conv=False):
         weight = torch.from_numpy(w).to(device)
@@ -283,7 +283,7 @@ def _bame_select(dtype: str, device: str, quick: bool) -> Report:
 def _bame_training(dtype: str, device: str, quick: bool) -> Report:
     from nmref.testing.bame import check_bame_training
 
-    from .training import BameLinearFunction
+    from .functions import BameLinearFunction
 
     def impl(x, w, mask, dy, positions):
         tensors = [torch.from_numpy(a).to(device) for a in (x, w, mask, dy, positions)]

@@ -56,7 +56,11 @@ def _as_tensor(scores: object, name: str) -> torch.Tensor:
     return tensor
 
 
-def _check_no_nan(tensor: torch.Tensor, name: str) -> None:
+def check_no_nan(tensor: torch.Tensor, name: str) -> None:
+    """Raise nmref's NaN ``ValueError`` (shape and first flat index) if ``tensor`` holds a NaN.
+
+    Shared by every torch algorithm, so that each reports a NaN as its nmref twin does.
+    """
     if tensor.is_floating_point() and bool(torch.isnan(tensor).any()):
         first = int(torch.isnan(tensor.reshape(-1)).nonzero()[0, 0])
         _raise_nan(tuple(tensor.shape), first, name)
@@ -185,7 +189,7 @@ def nm_mask(
         raise ValueError("scores must have at least one dimension")
     axis = _check_axis(axis, tensor.dim())
     _check_remainder(tensor.shape[axis], pattern, axis, remainder)
-    _check_no_nan(tensor, "scores")
+    check_no_nan(tensor, "scores")
     keys = _rank_keys(tensor.movedim(axis, -1))
     return _mask_along_last(keys, pattern).movedim(-1, axis)
 
@@ -221,7 +225,7 @@ def magnitude_mask(
     tensor = _as_tensor(weights, "weights")
     matrix = to_reduction_matrix(tensor, layout)
     _check_remainder(matrix.shape[-1], pattern, 1, remainder)
-    _check_no_nan(tensor, "weights")
+    check_no_nan(tensor, "weights")
     keys = _rank_keys(to_magnitude_keys(matrix))
     return from_reduction_matrix(_mask_along_last(keys, pattern), tuple(tensor.shape), layout)
 

@@ -36,7 +36,7 @@ import torch
 
 from nmref.patterns import check_pattern
 
-from .masks import SUPPORTED_DTYPES, _check_no_nan
+from .masks import SUPPORTED_DTYPES, check_no_nan
 
 __all__ = [
     "BRUTE_MAX_M",
@@ -91,7 +91,7 @@ def _check_scores(scores: torch.Tensor, m: int, name: str = "scores") -> torch.T
             f"{name} shape {tuple(tensor.shape)}: both dimensions must be multiples of m={m} "
             "(tiles are m x m)"
         )
-    _check_no_nan(tensor, name)
+    check_no_nan(tensor, name)
     if tensor.is_floating_point() and bool(torch.isinf(tensor).any()):
         first = int(torch.isinf(tensor.reshape(-1)).nonzero()[0, 0])
         index = tuple(int(i) for i in np.unravel_index(first, tuple(tensor.shape)))

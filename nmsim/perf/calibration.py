@@ -1,7 +1,7 @@
 """Calibration of the GEMM time model against published dense vs 2:4 measurements.
 
 The points live in ``nmsim/data/calibration.toml`` with a source each. Points
-with ``role = "train"`` fit the free efficiencies of :class:`~nmsim.gemm.GemmParameters`
+with ``role = "train"`` fit the free efficiencies of :class:`~nmsim.perf.gemm.GemmParameters`
 (``FITTED``); ``role = "test"`` points are held out and reported; ``check``
 points are qualitative published statements reported as pass/fail; a leave-one-
 out pass refits once per quantitative point. See ``specs/gemm_model.md``.
@@ -22,8 +22,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from nmsim.gemm import GemmParameters, default_parameters, gemm_time
-from nmsim.hardware import get_gpu
+from nmsim.perf.gemm import GemmParameters, default_parameters, gemm_time
+from nmsim.perf.hardware import get_gpu
 
 __all__ = [
     "ASSUMED",
@@ -377,6 +377,56 @@ def _error_pct(predicted: float, measured: float) -> float:
     return abs(predicted - measured) / measured * 100.0
 
 
+def _role_fields(
+    p: CalibrationPoint, params: GemmParameters, loo_pred: float | None
+) -> dict[str, Any]:
+    """The fields of ``p``'s :class:`PointResult` that depend on its role.
+
+    ``train``/``test``: measured vs predicted speedup and times (and the leave-one-out
+    prediction ``loo_pred``); ``check``: the predicted speedup against its bound;
+    ``overhead``: the compression time; other roles: the measured speedup and the reason.
+    """
+    measured = p.measured_speedup
+    if p.role in ("train", "test"):
+        assert measured is not None
+        pred = predict_point(p, params)
+        return {
+            "measured_speedup": measured,
+            "predicted_speedup": pred.speedup,
+            "speedup_error_pct": _error_pct(pred.speedup, measured),
+            "measured_dense_us": p.dense_us,
+            "predicted_dense_us": pred.dense_s * 1e6,
+            "measured_sparse_us": p.sparse_us,
+            "predicted_sparse_us": pred.sparse_s * 1e6,
+            "loo_predicted_speedup": loo_pred,
+            "loo_error_pct": None if loo_pred is None else _error_pct(loo_pred, measured),
+            "detail": p.workload,
+        }
+    unmeasured = {"measured_speedup": None, "predicted_speedup": None, "speedup_error_pct": None}
+    if p.role == "check":
+        assert p.max_speedup is not None
+        value = _sweep_max_speedup(p, params) if p.sweep else predict_point(p, params).speedup
+        return {
+            **unmeasured,
+            "predicted_speedup": value,
+            "passed": value <= p.max_speedup,
+            "detail": p.check,
+        }
+    if p.role == "overhead":
+        assert p.weight_mib is not None and p.time_us is not None
+        predicted = compress_time_s(p.gpu, p.weight_mib * 2**20, params) * 1e6
+        return {
+            **unmeasured,
+            "detail": f"compress {p.weight_mib} MiB: measured {p.time_us} us, "
+            f"model {predicted:.1f} us (defines compress_bandwidth_fraction)",
+        }
+    detail = p.reason
+    if p.range_tokens and p.gemms:
+        low, high = _token_range(p, params)
+        detail += f" | model range {low:.2f}-{high:.2f}x over tokens {p.range_tokens}"
+    return {**unmeasured, "measured_speedup": measured, "detail": detail}
+
+
 def calibrate(
     points: Sequence[CalibrationPoint] | None = None, *, leave_one_out: bool = True
 ) -> CalibrationReport:
@@ -408,80 +458,16 @@ def calibrate(
             others = [p for p in quantitative if p.id != point.id]
             loo[point.id] = predict_point(point, fit_parameters(others)).speedup
 
-    rows: list[PointResult] = []
-    for p in pts:
-        measured = p.measured_speedup
-        if p.role in ("train", "test"):
-            assert measured is not None
-            pred = predict_point(p, params)
-            loo_pred = loo.get(p.id)
-            rows.append(
-                PointResult(
-                    id=p.id,
-                    role=p.role,
-                    gpu=p.gpu,
-                    measured_speedup=measured,
-                    predicted_speedup=pred.speedup,
-                    speedup_error_pct=_error_pct(pred.speedup, measured),
-                    measured_dense_us=p.dense_us,
-                    predicted_dense_us=pred.dense_s * 1e6,
-                    measured_sparse_us=p.sparse_us,
-                    predicted_sparse_us=pred.sparse_s * 1e6,
-                    loo_predicted_speedup=loo_pred,
-                    loo_error_pct=None if loo_pred is None else _error_pct(loo_pred, measured),
-                    detail=p.workload,
-                    source=p.source,
-                )
-            )
-        elif p.role == "check":
-            assert p.max_speedup is not None
-            value = _sweep_max_speedup(p, params) if p.sweep else predict_point(p, params).speedup
-            rows.append(
-                PointResult(
-                    id=p.id,
-                    role=p.role,
-                    gpu=p.gpu,
-                    measured_speedup=None,
-                    predicted_speedup=value,
-                    speedup_error_pct=None,
-                    passed=value <= p.max_speedup,
-                    detail=p.check,
-                    source=p.source,
-                )
-            )
-        elif p.role == "overhead":
-            assert p.weight_mib is not None and p.time_us is not None
-            predicted = compress_time_s(p.gpu, p.weight_mib * 2**20, params) * 1e6
-            rows.append(
-                PointResult(
-                    id=p.id,
-                    role=p.role,
-                    gpu=p.gpu,
-                    measured_speedup=None,
-                    predicted_speedup=None,
-                    speedup_error_pct=None,
-                    detail=f"compress {p.weight_mib} MiB: measured {p.time_us} us, "
-                    f"model {predicted:.1f} us (defines compress_bandwidth_fraction)",
-                    source=p.source,
-                )
-            )
-        else:
-            detail = p.reason
-            if p.range_tokens and p.gemms:
-                low, high = _token_range(p, params)
-                detail += f" | model range {low:.2f}-{high:.2f}x over tokens {p.range_tokens}"
-            rows.append(
-                PointResult(
-                    id=p.id,
-                    role=p.role,
-                    gpu=p.gpu,
-                    measured_speedup=measured,
-                    predicted_speedup=None,
-                    speedup_error_pct=None,
-                    detail=detail,
-                    source=p.source,
-                )
-            )
+    rows = [
+        PointResult(
+            id=p.id,
+            role=p.role,
+            gpu=p.gpu,
+            source=p.source,
+            **_role_fields(p, params, loo.get(p.id)),
+        )
+        for p in pts
+    ]
 
     def summary(values: list[float]) -> tuple[float | None, float | None]:
         return (statistics.median(values), max(values)) if values else (None, None)

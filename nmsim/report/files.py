@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,29 +79,51 @@ def _atomic_write(path: Path, data: bytes) -> None:
         handle.write(data)
 
 
-def _figure_bytes(figure: Any) -> bytes:
-    buffer = io.BytesIO()
-    # Fixed metadata: the same report gives byte-identical PNGs.
-    figure.savefig(buffer, format="png", dpi=110, metadata={"Software": None})
-    return buffer.getvalue()
-
-
-def _kept_plot(report: dict[str, Any]) -> bytes:
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend (no display is ever needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    entries = [e for e in report["tensors"] if e["status"] == "ok"]
+    return plt
+
+
+def _png(figure: Any) -> bytes:
+    """The laid-out ``figure`` as PNG bytes; the figure is closed."""
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    # Fixed metadata: the same report gives byte-identical PNGs.
+    figure.savefig(buffer, format="png", dpi=110, metadata={"Software": None})
+    _pyplot().close(figure)
+    return buffer.getvalue()
+
+
+def _method_bars(
+    report: dict[str, Any],
+    entries: list[dict[str, Any]],
+    value: Callable[[dict[str, Any], str], float],
+) -> tuple[Any, Any]:
+    """A figure with one group of bars per tensor of ``entries``, one bar per available
+    method (``value(entry, method)``), labelled by tensor name; the caller adds the rest."""
     methods = [k for k in report["settings"]["methods"] if report["columns"][k]["available"]]
-    figure, axes = plt.subplots(figsize=(max(6.0, 0.35 * len(entries) + 2), 4.2))
+    figure, axes = _pyplot().subplots(figsize=(max(6.0, 0.35 * len(entries) + 2), 4.2))
     width = 0.8 / max(len(methods), 1)
     positions = np.arange(len(entries))
     for index, key in enumerate(methods):
-        values = [((e["methods"].get(key) or {}).get("kept_fraction", np.nan)) for e in entries]
+        values = [value(entry, key) for entry in entries]
         axes.bar(positions + index * width, values, width, label=report["columns"][key]["title"])
     axes.set_xticks(positions + width * (len(methods) - 1) / 2)
     axes.set_xticklabels([e["name"] for e in entries], rotation=70, ha="right", fontsize=7)
+    return figure, axes
+
+
+def _kept_plot(report: dict[str, Any]) -> bytes:
+    def kept_fraction(entry: dict[str, Any], key: str) -> float:
+        return (entry["methods"].get(key) or {}).get("kept_fraction", np.nan)
+
+    entries = [e for e in report["tensors"] if e["status"] == "ok"]
+    figure, axes = _method_bars(report, entries, kept_fraction)
     axes.set_ylabel("kept fraction of |w|")
     # Headroom above 1 keeps the legend off the bars.
     axes.set_ylim(0, 1.4)
@@ -109,34 +132,19 @@ def _kept_plot(report: dict[str, Any]) -> bytes:
         f"{report['checkpoint']['source']}: kept |w| per layer at {report['settings']['pattern']}"
     )
     axes.legend(fontsize=8, loc="upper center", ncol=2)
-    figure.tight_layout()
-    data = _figure_bytes(figure)
-    plt.close(figure)
-    return data
+    return _png(figure)
 
 
 def _speedup_plot(report: dict[str, Any]) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def speedup(entry: dict[str, Any], key: str) -> float:
+        method_time = entry["time"]["methods"].get(key) or entry["time"]["dense"]
+        return entry["time"]["dense"]["total"] / method_time["total"]
 
     entries = [e for e in report["tensors"] if e["status"] == "ok" and e["time"]]
-    methods = [k for k in report["settings"]["methods"] if report["columns"][k]["available"]]
-    figure, axes = plt.subplots(figsize=(max(6.0, 0.35 * len(entries) + 2), 4.2))
-    width = 0.8 / max(len(methods), 1)
-    positions = np.arange(len(entries))
-    for index, key in enumerate(methods):
-        values = []
-        for entry in entries:
-            method_time = entry["time"]["methods"].get(key) or entry["time"]["dense"]
-            values.append(entry["time"]["dense"]["total"] / method_time["total"])
-        axes.bar(positions + index * width, values, width, label=report["columns"][key]["title"])
+    figure, axes = _method_bars(report, entries, speedup)
     axes.axhline(1.0, color="black", linewidth=0.8)
     highest = max((bar.get_height() for bar in axes.patches), default=1.0)
     axes.set_ylim(0, 1.6 * max(highest, 1.0))
-    axes.set_xticks(positions + width * (len(methods) - 1) / 2)
-    axes.set_xticklabels([e["name"] for e in entries], rotation=70, ha="right", fontsize=7)
     axes.set_ylabel("estimated training-step GEMM speedup")
     settings = report["settings"]
     axes.set_title(
@@ -144,20 +152,12 @@ def _speedup_plot(report: dict[str, Any]) -> bytes:
         f"{settings['pattern']}"
     )
     axes.legend(fontsize=8, loc="upper center", ncol=2)
-    figure.tight_layout()
-    data = _figure_bytes(figure)
-    plt.close(figure)
-    return data
+    return _png(figure)
 
 
 def _heatmap(report: dict[str, Any], weights: dict[str, np.ndarray]) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     pattern = parse_pattern(report["settings"]["pattern"])
-    figure, axes = plt.subplots(figsize=(6.4, 5.0))
+    figure, axes = _pyplot().subplots(figsize=(6.4, 5.0))
     if not weights:
         axes.text(0.5, 0.5, "no tensor with a 1-D mask", ha="center", va="center")
         axes.set_axis_off()
@@ -183,10 +183,7 @@ def _heatmap(report: dict[str, Any], weights: dict[str, np.ndarray]) -> bytes:
             axes.axhline(edge - 0.5, color="gray", linewidth=0.4, linestyle=":")
         axes.set_xlabel(f"reduction axis (solid lines: groups of M={pattern.m})")
         axes.set_ylabel("row (dotted: M x M tiles)")
-    figure.tight_layout()
-    data = _figure_bytes(figure)
-    plt.close(figure)
-    return data
+    return _png(figure)
 
 
 def write_outputs(

@@ -114,18 +114,19 @@ class TensorContext:
 # ----------------------------------------------------------------------------
 
 
-def _resolve(requirement: str) -> Any:
-    module_name, attribute = requirement.split(":")
-    module = importlib.import_module(module_name)
-    return getattr(module, attribute)
-
-
 def availability(requires: tuple[str, ...], provider: str) -> str | None:
-    """``None`` when every required ``"module:attribute"`` exists, else the reason it does not."""
+    """``None`` when every required ``"module:attribute"`` exists, else the reason it does not.
+
+    ``requires`` declares what an entry's functions import; checking it before a column
+    runs is what makes a column *unavailable* (never an error) where a provider is absent.
+    The functions import their providers with ordinary imports when they run, so that
+    loading this registry loads none of them.
+    """
     missing = []
     for requirement in requires:
+        module_name, attribute = requirement.split(":")
         try:
-            _resolve(requirement)
+            getattr(importlib.import_module(module_name), attribute)
         except (ImportError, AttributeError):
             missing.append(requirement.replace(":", "."))
     if not missing:
@@ -167,7 +168,8 @@ def _one_d(context: TensorContext) -> dict[str, Any]:
 
 
 def _transposable_mask(context: TensorContext, method: str) -> NDArray[np.bool_]:
-    transposable_mask = _resolve("nmref.transposable:transposable_mask")
+    from nmref.transposable import transposable_mask
+
     pattern = context.pattern
     shape = context.weight.shape
     if context.layout == "channels" and len(shape) > 2 and shape[0] % pattern.m:
@@ -199,8 +201,8 @@ def _transposable_greedy(context: TensorContext) -> dict[str, Any]:
 
 
 def _bimask(context: TensorContext) -> dict[str, Any]:
-    search_permutation = _resolve("nmref.bimask:search_permutation")
-    backward_mask = _resolve("nmref.bimask:backward_mask")
+    from nmref.bimask import backward_mask, search_permutation
+
     pattern = context.pattern
     forward = magnitude_mask(context.weight, pattern.n, pattern.m, layout=context.layout)
     search = search_permutation(
@@ -293,13 +295,13 @@ COST_MODELS: dict[str, CostModel] = {
     "flops": CostModel(
         "flops",
         "training FLOPs per GEMM",
-        ("nmsim.flops:method_phases", "nmsim.flops:gemm_densities"),
+        ("nmsim.perf.flops:method_phases", "nmsim.perf.flops:gemm_densities"),
         "training-FLOP accounting, issue 5",
     ),
     "time": CostModel(
         "time",
         "estimated GEMM time",
-        ("nmsim.gemm:gemm_time", "nmsim.hardware:get_gpu"),
+        ("nmsim.perf.gemm:gemm_time", "nmsim.perf.hardware:get_gpu"),
         "GEMM time model and GPU database, issue 5",
     ),
 }
@@ -325,15 +327,15 @@ def gemm_shapes(shape: tuple[int, ...], tokens: int) -> dict[str, tuple[int, int
 def method_densities(
     flops_method: str, pattern: Pattern, accounting: str = "ideal"
 ) -> dict[str, float]:
-    """Phase-weighted density of each GEMM for a method (``nmsim.flops``).
+    """Phase-weighted density of each GEMM for a method (``nmsim.perf.flops``).
 
     ``accounting="ideal"`` counts only products with a kept weight (N/M);
     ``"hardware"`` counts what a 2:4 sparse tensor core executes
-    (``nmsim.flops.gemm_densities``): never below 1/2, dense where the pattern
+    (``nmsim.perf.flops.gemm_densities``): never below 1/2, dense where the pattern
     or the operand cannot use the sparse path.
     """
-    method_phases = _resolve("nmsim.flops:method_phases")
-    gemm_densities = _resolve("nmsim.flops:gemm_densities")
+    from nmsim.perf.flops import gemm_densities, method_phases
+
     densities = dict.fromkeys(GEMMS, 0.0)
     for phase in method_phases(flops_method, f"{pattern.n}:{pattern.m}"):
         phase_densities = gemm_densities(phase, pattern, accounting)
@@ -345,12 +347,13 @@ def method_densities(
 def gemm_seconds(
     gpu: str, shape: tuple[int, int, int], dtype: str, pattern: Pattern | None
 ) -> tuple[float, tuple[str, ...]]:
-    """Estimated time of one GEMM (``nmsim.gemm.gemm_time``) and the model's notes.
+    """Estimated time of one GEMM (``nmsim.perf.gemm.gemm_time``) and the model's notes.
 
     ``pattern=None`` is dense. Patterns the hardware cannot accelerate run
     dense (``incompatible="dense"``); the notes then say so.
     """
-    gemm_time = _resolve("nmsim.gemm:gemm_time")
+    from nmsim.perf.gemm import gemm_time
+
     m, n, k = shape
     sparse = None if pattern is None else f"{pattern.n}:{pattern.m}"
     try:
@@ -367,8 +370,9 @@ def gemm_seconds(
 
 
 def check_gpu(gpu: str) -> str:
-    """Validate a GPU name with the GPU database (``nmsim.hardware.get_gpu``)."""
-    get_gpu = _resolve("nmsim.hardware:get_gpu")
+    """Validate a GPU name with the GPU database (``nmsim.perf.hardware.get_gpu``)."""
+    from nmsim.perf.hardware import get_gpu
+
     try:
         found = get_gpu(gpu)
     except KeyError as error:

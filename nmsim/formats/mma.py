@@ -24,7 +24,7 @@ from typing import Literal
 
 import numpy as np
 
-from nmsim.formats import (
+from nmsim.formats.sparse_2to4 import (
     MetadataLayout,
     bf16_bits_to_float32,
     dtype_kind_of,
@@ -162,24 +162,34 @@ def _sparse_product(
 ) -> np.ndarray:
     """Exact ``sum_j values[i, j] * b[column(i, j), :]`` in float64 (int64 for int8).
 
-    ``column(i, j)`` is the dense column the metadata names for kept value ``j`` of row ``i``.
-    Rows are processed in blocks so the gathered rows of ``b`` stay small.
+    ``column(i, j)`` is the dense column the metadata names for kept value ``j`` of row ``i``
+    (:func:`_kept_columns`).
     """
-    rows, kept = values.shape
-    spec = format_spec(kind)
-    groups = positions.shape[1]
-    if spec.group_size == 4:
+    columns = _kept_columns(positions, format_spec(kind).group_size)
+    a = _exact_float64(values, kind, tf32_inputs)
+    b_exact = _exact_float64(b, kind if b.dtype != np.uint8 else "int8", tf32_inputs)
+    return _gathered_product(a, columns, b_exact)
+
+
+def _kept_columns(positions: np.ndarray, group_size: int) -> np.ndarray:
+    """``(rows, kept)`` dense column of every kept value, from the decoded metadata positions."""
+    rows, groups = positions.shape[:2]
+    if group_size == 4:
         columns = 4 * np.arange(groups)[None, :, None] + positions.astype(np.int64)
     else:  # fp32: one element per pair; slot // 2 is the element
         columns = 2 * np.arange(groups)[None, :, None] + positions[..., :1].astype(np.int64) // 2
-    columns = columns.reshape(rows, kept)
-    a = _exact_float64(values, kind, tf32_inputs)
-    b_exact = _exact_float64(b, kind if b.dtype != np.uint8 else "int8", tf32_inputs)
+    return columns.reshape(rows, -1)
+
+
+def _gathered_product(a: np.ndarray, columns: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``out[i] = sum_j a[i, j] * b[columns[i, j]]``, in blocks of rows so that the gathered
+    rows of ``b`` stay small."""
+    rows, kept = a.shape
     out = np.zeros((rows, b.shape[1]), dtype=a.dtype)
     block = max(1, 2**22 // max(1, kept * b.shape[1]))
     for start in range(0, rows, block):
         stop = min(rows, start + block)
-        gathered = b_exact[columns[start:stop]]  # (block, kept, n): the B rows each value meets
+        gathered = b[columns[start:stop]]  # (block, kept, n): the B rows each value meets
         out[start:stop] = np.einsum("ik,ikn->in", a[start:stop], gathered)
     return out
 
@@ -254,7 +264,7 @@ def mma_sp(
 
     Examples
     --------
-    >>> from nmsim.formats import compress_2to4
+    >>> from nmsim.formats.sparse_2to4 import compress_2to4
     >>> a = np.zeros((32, 32), dtype=np.float16); a[:, 0] = 2; a[:, 3] = 3
     >>> values, metadata = compress_2to4(a, dtype_kind="fp16")
     >>> b = np.ones((32, 8), dtype=np.float16)
@@ -331,7 +341,9 @@ def accumulation_error_bound(
     magnitude_values = np.abs(_exact_float64(np.asarray(values), kind, tf32_inputs))
     magnitude_b = np.abs(_exact_float64(b, kind, tf32_inputs))
     # |a| |b| summed through the same gather as the product itself.
-    absolute = _sparse_product_magnitudes(magnitude_values, positions, magnitude_b, spec.group_size)
+    absolute = _gathered_product(
+        magnitude_values, _kept_columns(positions, spec.group_size), magnitude_b
+    )
     terms = np.shape(values)[1] + 1
     step = _STEP_ERROR[accumulate]
     bound = terms * step * absolute
@@ -343,19 +355,6 @@ def accumulation_error_bound(
         bound = bound + terms * step * np.abs(np.asarray(c, dtype=np.float64))
     ulp = np.spacing(np.abs(result).astype(_ACCUMULATOR_DTYPES[accumulate])).astype(np.float64)
     return bound + ulp / 2
-
-
-def _sparse_product_magnitudes(
-    a: np.ndarray, positions: np.ndarray, b: np.ndarray, group_size: int
-) -> np.ndarray:
-    rows, kept = a.shape
-    groups = positions.shape[1]
-    if group_size == 4:
-        columns = 4 * np.arange(groups)[None, :, None] + positions.astype(np.int64)
-    else:
-        columns = 2 * np.arange(groups)[None, :, None] + positions[..., :1].astype(np.int64) // 2
-    columns = columns.reshape(rows, kept)
-    return np.einsum("ik,ikn->in", a, b[columns])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nmsim.cli.tables import format_ratio
+
 __all__ = ["add_parser", "format_ratio", "render_table", "run"]
 
 
@@ -96,25 +98,6 @@ def add_parser(subparsers: Any) -> None:
 
 def _percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.2f}%"
-
-
-def format_ratio(value: float | None, digits: int = 2) -> str:
-    """A ratio as ``"1.23x"``, never rounded onto ``1`` unless it is exactly 1.
-
-    A sparse run marginally slower than dense (0.9999) must not read as "1.00x", nor a
-    marginal gain as no change: such ratios get more decimals (``"0.9999x"``), up to 6;
-    beyond that a ``<`` or ``>`` says on which side of 1 they lie (``"<1.000000x"``).
-    ``None`` is ``"-"``.
-    """
-    if value is None:
-        return "-"
-    text = f"{value:.{digits}f}"
-    while value != 1 and float(text) == 1 and digits < 6:
-        digits += 1
-        text = f"{value:.{digits}f}"
-    if value != 1 and float(text) == 1:
-        text = ("<" if value < 1 else ">") + text
-    return f"{text}x"
 
 
 def _faster_or_slower(speedup: float) -> str:
@@ -293,7 +276,7 @@ def render_table(report: dict[str, Any], console: Any) -> None:
 def _progress(console: Any, quiet: bool) -> tuple[Any, Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from nmsim.report import Progress as Callbacks
+    from nmsim.report.build import Progress as Callbacks
 
     bar = Progress(
         TextColumn("{task.description}"),
@@ -318,7 +301,7 @@ def _progress(console: Any, quiet: bool) -> tuple[Any, Any]:
 
 def _heatmap_weight(report: dict[str, Any], checkpoint: str | None) -> dict[str, Any]:
     from nmref.checkpoints import TensorInfo
-    from nmsim.report import resolve_source
+    from nmsim.report.build import resolve_source
 
     for entry in report["tensors"]:
         result = entry["methods"].get("1d") if entry["status"] == "ok" else None
@@ -336,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         from rich.console import Console
 
-        from nmsim.report import ReportSettings, build_report
+        from nmsim.report.build import ReportSettings, build_report
     except ImportError as error:
         raise ValueError(
             f"nmsim report needs the 'report' extra ({error.name} is missing): "
@@ -356,7 +339,7 @@ def run(args: argparse.Namespace) -> int:
         bimask_candidates=args.bimask_candidates,
     )
     if args.out is not None:
-        from nmsim.report_files import JSON_NAME
+        from nmsim.report.files import JSON_NAME
 
         out = Path(args.out)
         # Fail before the work when the main output is already there.
@@ -380,7 +363,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         bar.stop()
     if args.out is not None:
-        from nmsim.report_files import write_outputs
+        from nmsim.report.files import write_outputs
 
         try:
             written = write_outputs(

@@ -411,6 +411,21 @@ def _group_nonzero_codes(nonzero: np.ndarray, spec: FormatSpec) -> np.ndarray:
     return quads[..., 0] | quads[..., 1] << 1 | quads[..., 2] << 2 | quads[..., 3] << 3
 
 
+def _check_compress_arguments(
+    dense: np.ndarray, dtype_kind: DtypeKind, layout: MetadataLayout, overfull: str, encoding: str
+) -> tuple[FormatSpec, NibbleTable, np.ndarray]:
+    """Validate the arguments of a compression; the format, the nibble table and ``dense`` as
+    a 2-D array of the storage dtype whose shape the format accepts."""
+    spec = format_spec(dtype_kind)
+    _check_layout(layout)
+    if overfull not in OVERFULL_POLICIES:
+        raise ValueError(f"overfull must be one of {OVERFULL_POLICIES}, got {overfull!r}")
+    table = nibble_table(encoding)
+    dense = _as_storage_array("dense", dense, spec)
+    check_shape(dense.shape[0], dense.shape[1], dtype_kind, layout)
+    return spec, table, dense
+
+
 def compress_2to4(
     dense: np.ndarray,
     *,
@@ -486,14 +501,8 @@ def compress_2to4(
     ``tools/util/include/cutlass/util/host_reorder.h``; PTX ISA, "Sparse matrix storage"
     (``mma.sp``). Mishra et al. 2021, "Accelerating Sparse Deep Neural Networks", Sec. 2.
     """
-    spec = format_spec(dtype_kind)
-    _check_layout(layout)
-    if overfull not in OVERFULL_POLICIES:
-        raise ValueError(f"overfull must be one of {OVERFULL_POLICIES}, got {overfull!r}")
-    table = nibble_table(encoding)
-    dense = _as_storage_array("dense", dense, spec)
+    spec, table, dense = _check_compress_arguments(dense, dtype_kind, layout, overfull, encoding)
     rows, columns = dense.shape
-    check_shape(rows, columns, dtype_kind, layout)
 
     codes = _group_nonzero_codes(nonzero_mask(dense, dtype_kind), spec)
     if overfull == "error":
@@ -650,14 +659,9 @@ def compress_2to4_reference(
     Reads the nibble table straight from the data file and places each word with the scalar
     :func:`metadata_storage_offset`; meant for tests and for reading, ``O(m k)`` Python steps.
     """
-    spec = format_spec(dtype_kind)
-    _check_layout(layout)
-    if overfull not in OVERFULL_POLICIES:
-        raise ValueError(f"overfull must be one of {OVERFULL_POLICIES}, got {overfull!r}")
-    nibble_table(encoding)  # validates the name; the loop reads the data file directly
-    dense = _as_storage_array("dense", dense, spec)
+    # The same checks as compress_2to4; the loop reads the nibble table from the data file.
+    spec, _, dense = _check_compress_arguments(dense, dtype_kind, layout, overfull, encoding)
     rows, columns = dense.shape
-    check_shape(rows, columns, dtype_kind, layout)
     entries = {
         entry["nonzero"]: entry for entry in _format_data()["nibble_tables"][encoding]["entries"]
     }

@@ -1,7 +1,7 @@
 """End-to-end step estimate: FLOP reduction next to modelled time reduction (Amdahl).
 
-For each phase of a method (:func:`nmsim.flops.method_phases`) every GEMM of
-every layer is timed with :func:`nmsim.gemm.gemm_time`, sparse where the method
+For each phase of a method (:func:`nmsim.perf.flops.method_phases`) every GEMM of
+every layer is timed with :func:`nmsim.perf.gemm.gemm_time`, sparse where the method
 sparsifies it **and** the hardware can run it (a weight operand with a
 2:4-compatible pattern); the non-GEMM remainder of the step (norms,
 activations, optimizer, attention softmax...) is a stated fraction of the
@@ -12,14 +12,14 @@ See ``specs/gemm_model.md`` §"Step estimate".
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from nmref.patterns import Pattern, parse_pattern
-from nmsim.calibration import compress_time_s
-from nmsim.flops import (
+from nmsim._validation import positive_int
+from nmsim.perf.calibration import compress_time_s
+from nmsim.perf.flops import (
     GEMMS,
     MethodOptions,
     inference_density,
@@ -27,9 +27,9 @@ from nmsim.flops import (
     method_phases,
     training_flops,
 )
-from nmsim.gemm import GemmParameters, gemm_time, hardware_compatible
-from nmsim.hardware import DTYPE_BYTES, get_gpu, normalize_dtype
-from nmsim.models import Layer, model_layers
+from nmsim.perf.gemm import GemmParameters, gemm_time, hardware_compatible
+from nmsim.perf.hardware import DTYPE_BYTES, get_gpu, normalize_dtype
+from nmsim.perf.models import Layer, model_layers
 
 __all__ = ["DEFAULT_NON_GEMM_FRACTION", "StepEstimate", "estimate_step"]
 
@@ -138,7 +138,7 @@ def estimate_step(
     model : str or sequence of Layer
         Built-in model name or layer table (per example).
     method, pattern : str
-        See :data:`nmsim.flops.METHODS`; N:M pattern (N kept of M).
+        See :data:`nmsim.perf.flops.METHODS`; N:M pattern (N kept of M).
     gpu : str
         Database key.
     batch : int
@@ -175,11 +175,7 @@ def estimate_step(
     and batch folded into ``n`` (an approximation). Grouped convolutions are
     ``count`` separate GEMMs. Complexity O(layers x phases x tile configs).
     """
-    if isinstance(batch, bool) or not isinstance(batch, numbers.Integral):
-        raise TypeError(f"batch={batch!r} must be a positive integer")
-    if batch < 1:
-        raise ValueError(f"batch={batch!r} must be a positive integer")
-    batch = int(batch)
+    batch = positive_int("batch", batch)
     if not 0.0 <= non_gemm_fraction < 1.0:
         raise ValueError(f"non_gemm_fraction={non_gemm_fraction} must be in [0, 1)")
     if mode not in ("train", "inference"):

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
@@ -35,7 +34,8 @@ from importlib import resources
 from typing import Literal
 
 from nmref.patterns import Pattern, parse_pattern
-from nmsim.hardware import DTYPE_BYTES, GPU, get_gpu, normalize_dtype
+from nmsim._validation import positive_int
+from nmsim.perf.hardware import DTYPE_BYTES, GPU, get_gpu, normalize_dtype
 
 __all__ = [
     "GemmEstimate",
@@ -105,7 +105,7 @@ class GemmParameters:
     compress_bandwidth_fraction : float
         Fraction of DRAM bandwidth a runtime prune + compress pass sustains,
         counted on the dense weight bytes (derived from a measured point; used
-        by :func:`nmsim.calibration.compress_time_s`).
+        by :func:`nmsim.perf.calibration.compress_time_s`).
     provenance : str
         How the values were obtained.
     """
@@ -310,14 +310,6 @@ class GemmEstimate:
         return out
 
 
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name}={value!r} must be a positive integer")
-    if int(value) < 1:  # type: ignore[call-overload]
-        raise ValueError(f"{name}={value} must be a positive integer (>= 1)")
-    return int(value)  # type: ignore[call-overload]
-
-
 def gemm_time(
     gpu: str | GPU,
     m: int,
@@ -391,9 +383,9 @@ def gemm_time(
     True
     """
     gpu_obj = get_gpu(gpu)
-    m = _positive_int("m", m)
-    n = _positive_int("n", n)
-    k = _positive_int("k", k)
+    m = positive_int("m", m)
+    n = positive_int("n", n)
+    k = positive_int("k", k)
     dtype = normalize_dtype(dtype)
     peak = gpu_obj.peak(dtype, accumulate)
     output = normalize_dtype(output_dtype) if output_dtype is not None else DEFAULT_OUTPUT[dtype]
@@ -445,8 +437,8 @@ def gemm_time(
         kept = m * k * executed.density
         a_values = kept * element
         a_metadata = kept * metadata_bits_per_kept(dtype) / 8
-    b_count = k * n if b_elements is None else _positive_int("b_elements", b_elements)
-    c_count = m * n if c_elements is None else _positive_int("c_elements", c_elements)
+    b_count = k * n if b_elements is None else positive_int("b_elements", b_elements)
+    c_count = m * n if c_elements is None else positive_int("c_elements", c_elements)
     b_bytes = b_count * element
     c_bytes = c_count * OUTPUT_BYTES[output]
 

@@ -2,7 +2,7 @@
 
 :func:`build_report` reads a checkpoint tensor by tensor (or makes a built-in
 model's synthetic weights one at a time), runs every requested mask method of
-:data:`nmsim.report_methods.MASK_METHODS` on each eligible weight, adds the
+:data:`nmsim.report.methods.MASK_METHODS` on each eligible weight, adds the
 cost models that are available, and returns one JSON-ready dictionary whose
 schema is ``specs/report.md``. Peak memory is a few copies of the largest
 tensor, whatever the checkpoint's size. With ``workers > 1`` tensors are
@@ -32,7 +32,7 @@ import numpy as np
 from nmref.checkpoints import READ_FORMATS, TensorInfo, TensorRecord, list_tensors, read_tensor
 from nmref.layouts import LAYOUTS, default_layout, to_reduction_shape
 from nmref.patterns import Pattern, parse_pattern
-from nmsim.report_methods import (
+from nmsim.report.methods import (
     COST_MODELS,
     GEMMS,
     MASK_METHODS,
@@ -42,7 +42,7 @@ from nmsim.report_methods import (
     gemm_shapes,
     method_densities,
 )
-from nmsim.report_zoo import ZOO, synthetic_weight
+from nmsim.report.zoo import ZOO, synthetic_weight
 
 __all__ = [
     "DEFAULT_CHECKPOINT",
@@ -115,7 +115,7 @@ class ReportSettings:
     methods : tuple of str
         Keys of :data:`MASK_METHODS`, in column order.
     gpu : str
-        GPU for time estimates (``nmsim.hardware``).
+        GPU for time estimates (``nmsim.perf.hardware``).
     dtype : str
         GEMM input dtype for time estimates and kernel shape rules.
     batch_tokens : int

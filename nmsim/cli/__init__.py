@@ -3,7 +3,9 @@
 Each subcommand lives in its own module and registers through ``SUBCOMMANDS``:
 a module named there provides ``add_parser(subparsers)`` (which sets
 ``func`` on its parser) so that this file stays a thin dispatcher and imports
-nothing heavy until a subcommand runs.
+nothing heavy until a subcommand runs. One module per command family
+(:mod:`~nmsim.cli.formats`, :mod:`~nmsim.cli.perf`, :mod:`~nmsim.cli.report`);
+they share :mod:`~nmsim.cli.tables` for cells, ratios and JSON, never each other.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from collections.abc import Sequence
 # Modules that provide ``add_parser(subparsers) -> None``; each registers one or
 # more subcommands whose ``func(args) -> int`` runs them.
 SUBCOMMANDS: tuple[str, ...] = (
-    "nmsim.format_commands",
-    "nmsim.perf_cli",
-    "nmsim.report_cli",
+    "nmsim.cli.formats",
+    "nmsim.cli.perf",
+    "nmsim.cli.report",
     "nmsim.verify",
 )
 

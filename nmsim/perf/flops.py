@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from nmref.patterns import Pattern, parse_pattern
-from nmsim.gemm import hardware_compatible
-from nmsim.models import Layer, model_layers
+from nmsim.perf.gemm import hardware_compatible
+from nmsim.perf.models import Layer, model_layers
 
 __all__ = [
     "GEMMS",
@@ -414,7 +414,7 @@ def training_flops(
     Parameters
     ----------
     model : str or sequence of Layer
-        Built-in name (see :data:`nmsim.models.MODELS`) or a layer table.
+        Built-in name (see :data:`nmsim.perf.models.MODELS`) or a layer table.
     method : str
         One of :data:`METHODS`.
     pattern : str or Pattern

@@ -18,7 +18,7 @@ FILE_FORMAT = "nmsim-2to4-v1"
 
 def add_parser(subparsers: Any) -> None:
     """Register ``compress`` and ``inspect`` on the ``nmsim`` command line."""
-    from nmsim.formats import DTYPE_KINDS, METADATA_LAYOUTS, OVERFULL_POLICIES
+    from nmsim.formats.sparse_2to4 import DTYPE_KINDS, METADATA_LAYOUTS, OVERFULL_POLICIES
 
     compress = subparsers.add_parser(
         "compress",
@@ -58,7 +58,7 @@ def add_parser(subparsers: Any) -> None:
 
 def _float_to_bf16_bits(x: np.ndarray) -> np.ndarray:
     """Round float16/32/64 to bf16 bits, correctly (no double rounding through float32)."""
-    from nmsim.formats import float32_to_bf16_bits
+    from nmsim.formats.sparse_2to4 import float32_to_bf16_bits
 
     single = x.astype(np.float32)
     bits = float32_to_bf16_bits(single)
@@ -79,7 +79,7 @@ def convert_for_kind(array: np.ndarray, kind: str) -> tuple[np.ndarray, str]:
     Float inputs are rounded to nearest even (reported); integer inputs must convert exactly;
     ``uint16`` input for bf16 is taken as bf16 bit patterns. Anything else raises.
     """
-    from nmsim.formats import format_spec
+    from nmsim.formats.sparse_2to4 import format_spec
 
     target = format_spec(kind).storage_dtype
     if kind == "bf16" and array.dtype == np.uint16:
@@ -103,7 +103,7 @@ def convert_for_kind(array: np.ndarray, kind: str) -> tuple[np.ndarray, str]:
     source = array.astype(np.float64) if array.dtype.kind in "iu" else array
     if kind == "bf16":
         converted = _float_to_bf16_bits(source)
-        from nmsim.formats import bf16_bits_to_float32
+        from nmsim.formats.sparse_2to4 import bf16_bits_to_float32
 
         back = bf16_bits_to_float32(converted).astype(np.float64)
     else:
@@ -117,7 +117,7 @@ def convert_for_kind(array: np.ndarray, kind: str) -> tuple[np.ndarray, str]:
 
 
 def run_compress(args: argparse.Namespace) -> int:
-    from nmsim.formats import compress_2to4
+    from nmsim.formats.sparse_2to4 import compress_2to4
 
     array = np.load(args.input, allow_pickle=False)
     if array.ndim != 2:
@@ -175,7 +175,7 @@ def load_compressed(path: Path) -> dict[str, Any]:
 
 def _check_consistent(path: Path, data: dict[str, Any]) -> None:
     """The arrays must fit the recorded kind and shape, or every summary would be wrong."""
-    from nmsim.formats import format_spec
+    from nmsim.formats.sparse_2to4 import format_spec
 
     spec = format_spec(data["dtype_kind"])
     shape, values, metadata = data["shape"], data["values"], data["metadata"]
@@ -216,7 +216,7 @@ def pattern_histogram(positions: np.ndarray, group_size: int) -> dict[str, int]:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    from nmsim.formats import format_spec, metadata_to_positions, nonzero_mask
+    from nmsim.formats.sparse_2to4 import format_spec, metadata_to_positions, nonzero_mask
 
     for flag, count in (("--rows", args.rows), ("--groups", args.groups)):
         if count < 0:

@@ -8,79 +8,35 @@ with ``--json``, one JSON document on stdout.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nmsim.report_cli import format_ratio
+from nmsim.cli.tables import format_ratio, format_value, print_json, print_table
 
 __all__ = ["add_parser"]
 
 
 # --------------------------------------------------------------------------- output
-def _print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    cells = [[_fmt(c) for c in row] for row in rows]
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:  # plain text when rich is absent
-        widths = [max([len(col), *(len(r[i]) for r in cells)]) for i, col in enumerate(columns)]
-        print(title)
-        print("  ".join(col.ljust(w) for col, w in zip(columns, widths, strict=True)))
-        for row in cells:
-            print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
-        print()
-        return
-    table = Table(title=title, title_justify="left")
-    for col in columns:
-        table.add_column(col, overflow="fold")
-    for row in cells:
-        table.add_row(*row)
-    widths = [max([len(col), *(len(r[i]) for r in cells)]) for i, col in enumerate(columns)]
-    # Wide enough for the table when piped (rich assumes 80), capped so long notes wrap.
-    width = min(160, max(len(title) + 2, sum(widths) + 3 * len(widths) + 1))
-    Console(width=width).print(table)
-
-
-def _fmt(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        if value.is_integer() and abs(value) < 1e9:
-            return str(int(value))
-        if abs(value) >= 1e5 or abs(value) < 1e-3:
-            return f"{value:.4g}"
-        return f"{value:.4g}" if abs(value) < 1000 else f"{value:.1f}"
-    return str(value)
-
-
 def _pair(measured: float | None, model: float | None) -> str:
-    return f"{_fmt(measured)} / {_fmt(model)}"
-
-
-def _json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, default=str)
-    sys.stdout.write("\n")
+    return f"{format_value(measured)} / {format_value(model)}"
 
 
 def _flag(value: Any) -> str:
     if value is None:
         return "n/a"
-    text = _fmt(value.value)
+    text = format_value(value.value)
     return text if value.confirmed else text + "*"
 
 
 # --------------------------------------------------------------------------- gpus
 def _run_gpus(args: argparse.Namespace) -> int:
-    from nmsim.hardware import list_gpus
+    from nmsim.perf.hardware import list_gpus
 
     gpus = list_gpus()
     if args.json:
         from dataclasses import asdict
 
-        _json(
+        print_json(
             [
                 {
                     **asdict(g),
@@ -99,7 +55,7 @@ def _run_gpus(args: argparse.Namespace) -> int:
             for p in g.peaks:
                 if p.input == dtype and p.accumulate == acc:
                     mark = "" if p.confirmed else "*"
-                    return f"{_fmt(p.dense_tflops)}/{_fmt(p.sparse_tflops)}{mark}"
+                    return f"{format_value(p.dense_tflops)}/{format_value(p.sparse_tflops)}{mark}"
             return "-"
 
         rows.append(
@@ -117,7 +73,7 @@ def _run_gpus(args: argparse.Namespace) -> int:
                 peak("int8", "int32"),
             ]
         )
-    _print_table(
+    print_table(
         "GPUs (TFLOP/s dense/sparse; sparse = dense-equivalent 2:4, TF32 1:2; "
         "* = unconfirmed in the research notes)",
         [
@@ -140,7 +96,7 @@ def _run_gpus(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- gemm
 def _run_gemm(args: argparse.Namespace) -> int:
-    from nmsim.gemm import gemm_time
+    from nmsim.perf.gemm import gemm_time
 
     common = dict(dtype=args.dtype, accumulate=args.accumulate, output_dtype=args.output_dtype)
     dense = gemm_time(args.gpu, args.m, args.n, args.k, **common)
@@ -160,7 +116,7 @@ def _run_gemm(args: argparse.Namespace) -> int:
         if sparse is not None:
             out["sparse"] = sparse.as_dict()
             out["speedup"] = dense.time_s / sparse.time_s
-        _json(out)
+        print_json(out)
         return 0
     estimates = [("dense", dense)] + ([("sparse " + str(args.sparse), sparse)] if sparse else [])
     fields = [
@@ -174,7 +130,7 @@ def _run_gemm(args: argparse.Namespace) -> int:
         ("overhead (us)", lambda e: e.overhead_s * 1e6),
         ("bytes A values", lambda e: e.bytes_a_values),
         ("bytes A metadata", lambda e: e.bytes_a_metadata),
-        ("bytes B / C", lambda e: f"{_fmt(e.bytes_b)} / {_fmt(e.bytes_c)}"),
+        ("bytes B / C", lambda e: f"{format_value(e.bytes_b)} / {format_value(e.bytes_c)}"),
         ("tile, split-K, waves", lambda e: f"{e.tile[0]}x{e.tile[1]}, {e.split_k}, {e.waves}"),
         ("tile / wave efficiency", lambda e: f"{e.tile_efficiency:.3f} / {e.wave_efficiency:.3f}"),
         (
@@ -187,7 +143,7 @@ def _run_gemm(args: argparse.Namespace) -> int:
         f"GEMM C[{args.m},{args.n}] = A[{args.m},{args.k}] B[{args.k},{args.n}] on "
         f"{dense.gpu}, {dense.dtype} (acc {dense.accumulate})"
     )
-    _print_table(title, ["", *(label for label, _ in estimates)], rows)
+    print_table(title, ["", *(label for label, _ in estimates)], rows)
     if sparse is not None:
         # Never "1.000x" for a ratio that is not 1 (see format_ratio).
         print(f"speedup dense/sparse: {format_ratio(dense.time_s / sparse.time_s, digits=3)}")
@@ -198,7 +154,7 @@ def _run_gemm(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- flops
 def _options(args: argparse.Namespace) -> Any:
-    from nmsim.flops import MethodOptions
+    from nmsim.perf.flops import MethodOptions
 
     roles = tuple(r for r in args.keep_dense.split(",") if r) if args.keep_dense else ()
     return MethodOptions(
@@ -212,7 +168,7 @@ def _options(args: argparse.Namespace) -> Any:
 
 
 def _run_flops(args: argparse.Namespace) -> int:
-    from nmsim.flops import GEMMS, assumption_table, training_flops
+    from nmsim.perf.flops import GEMMS, assumption_table, training_flops
 
     opts = _options(args)
     reports = {
@@ -235,14 +191,14 @@ def _run_flops(args: argparse.Namespace) -> int:
                 r.pop("layers")
         if table is not None:
             out["assumptions"] = table
-        _json(out)
+        print_json(out)
         return 0
     ideal, hard = reports["ideal"], reports["hardware"]
     print(
         f"{ideal.model}: dense forward {ideal.dense_forward_macs / 1e9:.4f} GMACs/example; "
         f"method {args.method}, pattern {ideal.pattern}"
     )
-    _print_table(
+    print_table(
         "phases (densities of the sparse layers' GEMMs)",
         ["phase", "share", *GEMMS],
         [[p.name, p.fraction, *(p.densities.get(g) for g in GEMMS)] for p in ideal.phases],
@@ -266,10 +222,10 @@ def _run_flops(args: argparse.Namespace) -> int:
             ideal.dense_training_macs / 1e9,
         ]
     )
-    _print_table(
+    print_table(
         "GMACs per example (FLOPs = 2 x MACs)", ["GEMM", "ideal", "2:4 hardware", "dense"], rows
     )
-    _print_table(
+    print_table(
         "summary",
         ["quantity", "ideal", "2:4 hardware"],
         [
@@ -289,7 +245,7 @@ def _run_flops(args: argparse.Namespace) -> int:
         ],
     )
     if args.layers:
-        _print_table(
+        print_table(
             "per layer (MACs per example, phase-weighted, ideal)",
             ["layer", "role", "sparse", "forward", "dX", "dW"],
             [
@@ -298,7 +254,7 @@ def _run_flops(args: argparse.Namespace) -> int:
             ],
         )
     if table is not None:
-        _print_table(
+        print_table(
             f"what each accounting assumption yields ({args.model}, {args.pattern})",
             [
                 "method",
@@ -329,7 +285,7 @@ def _run_flops(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- estimate
 def _run_estimate(args: argparse.Namespace) -> int:
-    from nmsim.estimate import DEFAULT_NON_GEMM_FRACTION, estimate_step
+    from nmsim.perf.estimate import DEFAULT_NON_GEMM_FRACTION, estimate_step
 
     fraction = (
         DEFAULT_NON_GEMM_FRACTION if args.non_gemm_fraction is None else args.non_gemm_fraction
@@ -346,7 +302,7 @@ def _run_estimate(args: argparse.Namespace) -> int:
         non_gemm_fraction=fraction,
     )
     if args.json:
-        _json(est.as_dict())
+        print_json(est.as_dict())
         return 0
     rows = [[g, est.dense_per_gemm_s[g] * 1e3, est.per_gemm_s[g] * 1e3] for g in est.per_gemm_s]
     rows += [
@@ -355,13 +311,13 @@ def _run_estimate(args: argparse.Namespace) -> int:
         ["runtime compress", 0.0, est.compress_s * 1e3],
         ["step", est.dense_step_s * 1e3, est.step_s * 1e3],
     ]
-    _print_table(
+    print_table(
         f"{est.mode} step of {est.model}, batch {est.batch}, {est.gpu} {est.dtype}: "
         f"dense vs {est.method} {est.pattern} (ms)",
         ["", "dense", est.method],
         rows,
     )
-    _print_table(
+    print_table(
         "reduction (dense / method)",
         ["quantity", "value"],
         [
@@ -378,17 +334,17 @@ def _run_estimate(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- calibrate
 def _run_calibrate(args: argparse.Namespace) -> int:
-    from nmsim.calibration import FITTED, calibrate, parameters_toml
+    from nmsim.perf.calibration import FITTED, calibrate, parameters_toml
 
     report = calibrate(leave_one_out=not args.no_loo)
     if args.write:
         path = Path(__file__).parent / "data" / "gemm_parameters.toml"
         path.write_text(parameters_toml(report.parameters), encoding="utf-8")
     if args.json:
-        _json(report.as_dict())
+        print_json(report.as_dict())
         return 0
     params = report.parameters
-    _print_table(
+    print_table(
         "fitted parameters (train points)",
         ["parameter", "value"],
         [[name, getattr(params, name)] for name in FITTED],
@@ -409,7 +365,7 @@ def _run_calibrate(args: argparse.Namespace) -> int:
                     _pair(r.measured_sparse_us, r.predicted_sparse_us),
                 ]
             )
-    _print_table(
+    print_table(
         "speedup dense/sparse: measured vs model (errors in %; LOO = refit without the point)",
         [
             "point",
@@ -424,7 +380,7 @@ def _run_calibrate(args: argparse.Namespace) -> int:
         ],
         rows,
     )
-    _print_table(
+    print_table(
         "qualitative checks and other points",
         ["point", "role", "result", "detail"],
         [
@@ -441,18 +397,20 @@ def _run_calibrate(args: argparse.Namespace) -> int:
         ],
     )
     print(
-        f"held-out (test) speedup error: median {_fmt(report.held_out_median_error_pct)} %, "
-        f"max {_fmt(report.held_out_max_error_pct)} %"
+        "held-out (test) speedup error: median "
+        f"{format_value(report.held_out_median_error_pct)} %, "
+        f"max {format_value(report.held_out_max_error_pct)} %"
     )
     if report.loo_median_error_pct is not None:
         print(
-            f"leave-one-out speedup error:   median {_fmt(report.loo_median_error_pct)} %, "
-            f"max {_fmt(report.loo_max_error_pct)} %"
+            f"leave-one-out speedup error:   median {format_value(report.loo_median_error_pct)} %, "
+            f"max {format_value(report.loo_max_error_pct)} %"
         )
     if report.time_median_error_pct is not None:
         print(
             f"absolute time error (dense and sparse, published times): median "
-            f"{_fmt(report.time_median_error_pct)} %, max {_fmt(report.time_max_error_pct)} %"
+            f"{format_value(report.time_median_error_pct)} %, "
+            f"max {format_value(report.time_max_error_pct)} %"
         )
     for warning in report.warnings:
         print(f"warning: {warning}")

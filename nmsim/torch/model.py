@@ -1,0 +1,114 @@
+"""Whole-model conversion: :func:`sparsify` swaps eligible Linear and Conv2d layers for N:M ones.
+
+The module is not named ``sparsify`` so that ``nmsim.torch.sparsify`` stays the function.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import nn
+
+from nmref.layouts import Layout, to_reduction_shape
+from nmref.patterns import Pattern, parse_pattern
+
+from .functions import SRSTE_DEFAULT_DECAY, check_method
+from .layers import SparseConv2d, SparseLinear
+
+__all__ = ["SparsifyResult", "sparsify"]
+
+
+@dataclass(frozen=True)
+class SparsifyResult:
+    """What :func:`sparsify` did: replaced layer names, and skipped ones with the reason."""
+
+    replaced: tuple[str, ...]
+    skipped: tuple[tuple[str, str], ...]
+
+
+def sparsify(
+    model: nn.Module,
+    method: str = "srste",
+    pattern: str | Pattern | tuple[int, int] = "2:4",
+    *,
+    include: str | Callable[[str, nn.Module], bool] | None = None,
+    exclude: str | Callable[[str, nn.Module], bool] | None = None,
+    decay: float = SRSTE_DEFAULT_DECAY,
+    conv_layout: Layout = "channels",
+    bame_config=None,
+) -> SparsifyResult:
+    """Swap eligible ``nn.Linear``/``nn.Conv2d`` layers of ``model`` for sparse ones, in place.
+
+    Parameters are shared (not copied), so an optimizer built before or after
+    the call trains the same tensors.
+
+    Parameters
+    ----------
+    model : nn.Module
+    method, pattern, decay
+        As :class:`SparseLinear`.
+    include, exclude : str (regular expression, ``re.search`` on the qualified
+        name) or callable ``(name, module) -> bool``, optional
+        Which layers to consider; ``exclude`` wins.
+    conv_layout : {"channels", "flat"}, default "channels"
+    bame_config : nmref.bame.BameConfig, optional
+        ``method="bame"`` only (default ``BameConfig(n, m)``); grouped
+        convolutions are skipped with that reason.
+
+    Returns
+    -------
+    SparsifyResult
+        Names replaced, and names skipped with the reason (a reduction length
+        that is not a multiple of ``m``, as NVIDIA ASP skips such layers,
+        rather than letting groups straddle rows).
+    """
+    check_method(method, layer=True)
+    parsed = parse_pattern(pattern)
+
+    def matches(rule, name: str, module: nn.Module) -> bool:
+        if rule is None:
+            return False
+        return bool(re.search(rule, name)) if isinstance(rule, str) else bool(rule(name, module))
+
+    replaced: list[str] = []
+    skipped: list[tuple[str, str]] = []
+    for name, module in list(model.named_modules()):
+        if isinstance(module, SparseLinear | SparseConv2d) or not isinstance(
+            module, nn.Linear | nn.Conv2d
+        ):
+            continue
+        if include is not None and not matches(include, name, module):
+            continue
+        if matches(exclude, name, module):
+            continue
+        if method == "bame" and isinstance(module, nn.Conv2d) and module.groups != 1:
+            skipped.append((name, "method='bame' convolutions need groups=1"))
+            continue
+        layout = "linear" if isinstance(module, nn.Linear) else conv_layout
+        _, length = to_reduction_shape(tuple(module.weight.shape), layout)
+        if length % parsed.m:
+            skipped.append((name, f"reduction length {length} is not a multiple of m={parsed.m}"))
+            continue
+        if method in ("bimask", "transposable") and module.weight.shape[0] % parsed.m:
+            skipped.append(
+                (name, f"{module.weight.shape[0]} output channels: not a multiple of m={parsed.m}")
+            )
+            continue
+        options = {"pattern": parsed, "method": method, "decay": decay}
+        if method == "bame":
+            options["bame_config"] = bame_config
+        if isinstance(module, nn.Linear):
+            new = SparseLinear.from_dense(module, **options)
+        else:
+            new = SparseConv2d.from_dense(module, layout=conv_layout, **options)
+        _set_submodule(model, name, new)
+        replaced.append(name)
+    return SparsifyResult(tuple(replaced), tuple(skipped))
+
+
+def _set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, child, module)
