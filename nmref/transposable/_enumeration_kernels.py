@@ -8,6 +8,10 @@ units (the scheme of :mod:`nmref.transposable._flow_kernels`); the loader
 :func:`masked_tiles`, the kept sum of a given mask in the same units), so that
 every jitted callee is in this file and ``cache=True`` cannot serve a stale
 kernel. No ``fastmath``; ``parallel`` only in :func:`enumerate_tiles_parallel`.
+
+Every buffer is its own argument (Numba has no cheap struct of arrays), so the
+long parameter lists repeat from one level to the next; the float32 variant
+keeps its own block loop because it sums in float64 instead of int64 units.
 """
 
 from __future__ import annotations
