@@ -191,7 +191,7 @@ class BameConfig:
         if self.update_interval < 1:
             raise ValueError(f"update_interval={self.update_interval} must be >= 1")
         for name in _CHOICES:
-            _check_choice(name, getattr(self, name))
+            check_config_choice(name, getattr(self, name))
         _check_real("adapt_fraction", self.adapt_fraction, 0.0, 1.0)
         _check_real("ema_decay", self.ema_decay, 0.0, 1.0, upper_open=True)
         _check_real("freeze_threshold", self.freeze_threshold, 0.0, math.inf)
@@ -222,19 +222,20 @@ def _check_real(
 # same words.
 
 
-def _check_choice(name: str, value: object) -> None:
+def check_config_choice(name: str, value: object) -> None:
+    """``value`` is one of the choices of the ``BameConfig`` switch ``name``."""
     check_choice(value, name, _CHOICES[name])
 
 
-def _check_utility_settings(regrow_init: object, lookahead_step: object, curvature: object) -> None:
+def check_utility_settings(regrow_init: object, lookahead_step: object, curvature: object) -> None:
     """The settings of :func:`keep_utility`."""
-    _check_choice("regrow_init", regrow_init)
+    check_config_choice("regrow_init", regrow_init)
     # A negative or NaN step or curvature would silently invert or poison the ranking.
     _check_real("lookahead_step", lookahead_step, 0.0, math.inf, upper_open=True)
     _check_real("curvature", curvature, 0.0, math.inf, upper_open=True)
 
 
-def _check_mask_form(
+def check_mask_form(
     name: str, is_bool: bool, dtype: object, shape: tuple[int, ...], m: int
 ) -> None:
     """A mask in the ``[rows, reduction]`` form, whole blocks of ``m`` per row."""
@@ -249,13 +250,13 @@ def _check_mask_form(
         raise ValueError(f"{name}.shape[1]={shape[1]} must be a multiple of m={m}")
 
 
-def _check_operand_shapes(mask_shape: tuple[int, ...], **shapes: tuple[int, ...]) -> None:
+def check_operand_shapes(mask_shape: tuple[int, ...], **shapes: tuple[int, ...]) -> None:
     for name, shape in shapes.items():
         if shape != mask_shape:
             raise ValueError(f"{name}.shape={shape} must equal mask.shape={mask_shape}")
 
 
-def _check_candidate_blocks(
+def check_candidate_blocks(
     is_bool: bool, dtype: object, shape: tuple[int, ...], mask_shape: tuple[int, ...], m: int
 ) -> None:
     block_shape = (mask_shape[0], mask_shape[1] // m)
@@ -265,7 +266,7 @@ def _check_candidate_blocks(
         )
 
 
-def _raise_candidate_grad(row: int, column: int, m: int) -> NoReturn:
+def raise_candidate_grad(row: int, column: int, m: int) -> NoReturn:
     """``grad[row, column]`` lies in a candidate block and is not finite."""
     raise ValueError(
         f"grad is not finite at ({row}, {column}), a position of candidate block "
@@ -274,7 +275,7 @@ def _raise_candidate_grad(row: int, column: int, m: int) -> NoReturn:
     )
 
 
-def _check_selection(
+def check_selection(
     scores_shape: tuple[int, ...], candidates_shape: tuple[int, ...], budget: object
 ) -> None:
     """The arguments of :func:`select_blocks`, NaN scores aside."""
@@ -339,7 +340,7 @@ class BameState:
 
 def _as_mask(mask: ArrayLike, m: int, name: str = "mask") -> NDArray[np.bool_]:
     array = np.asarray(mask)
-    _check_mask_form(name, array.dtype == np.bool_, array.dtype, array.shape, m)
+    check_mask_form(name, array.dtype == np.bool_, array.dtype, array.shape, m)
     return array
 
 
@@ -365,7 +366,7 @@ def is_update_step(step: int, config: BameConfig) -> bool:
     return config.t_i <= step < config.t_f and (step - config.t_i) % config.update_interval == 0
 
 
-def _check_update_step(step: int, config: BameConfig) -> None:
+def check_update_step(step: int, config: BameConfig) -> None:
     if not is_update_step(step, config):
         raise ValueError(
             f"step={step} is not an update step of t_i={config.t_i}, t_f={config.t_f}, "
@@ -527,7 +528,7 @@ def keep_utility(
     Entries are computed everywhere; callers pass a gradient that is finite
     where the result is used (NaN elsewhere propagates only to unused entries).
     """
-    _check_utility_settings(regrow_init, lookahead_step, curvature)
+    check_utility_settings(regrow_init, lookahead_step, curvature)
     w = np.asarray(weight, dtype=np.float64)
     g = np.asarray(grad, dtype=np.float64)
     kept = np.asarray(mask, dtype=bool)
@@ -572,7 +573,7 @@ def _validated_inputs(
     for name, array in (("weight", weight_array), ("grad", grad_array)):
         # float64 is the scoring precision: wider floats would be rounded silently.
         check_float_dtype(array, name)
-    _check_operand_shapes(mask_array.shape, weight=weight_array.shape, grad=grad_array.shape)
+    check_operand_shapes(mask_array.shape, weight=weight_array.shape, grad=grad_array.shape)
     if not is_nm(mask_array, n, m):
         raise ValueError(f"mask must keep exactly n={n} in every block of m={m}")
     if not np.isfinite(weight_array).all():
@@ -585,7 +586,7 @@ def _check_candidate_grad(grad: NDArray, candidates: NDArray[np.bool_], m: int) 
     needed = np.repeat(candidates, m, axis=1)
     bad = needed & ~np.isfinite(grad)
     if bad.any():
-        _raise_candidate_grad(*(int(i) for i in np.argwhere(bad)[0]), m)
+        raise_candidate_grad(*(int(i) for i in np.argwhere(bad)[0]), m)
 
 
 def block_scores(
@@ -665,15 +666,15 @@ def block_scores(
     pattern = check_pattern(n, m)
     weight_array, mask_array, grad_array = _validated_inputs(weight, mask, grad, m, n)
     candidate_array = np.asarray(candidates)
-    _check_candidate_blocks(
+    check_candidate_blocks(
         candidate_array.dtype == np.bool_,
         candidate_array.dtype,
         candidate_array.shape,
         mask_array.shape,
         m,
     )
-    _check_choice("swap_rule", swap_rule)
-    _check_choice("regrow_init", regrow_init)
+    check_config_choice("swap_rule", swap_rule)
+    check_config_choice("regrow_init", regrow_init)
     _check_candidate_grad(grad_array, candidate_array, m)
 
     expanded = np.repeat(candidate_array, m, axis=1)
@@ -786,7 +787,7 @@ def select_blocks(scores: ArrayLike, candidates: ArrayLike, budget: int) -> NDAr
     """
     score_array = np.asarray(scores, dtype=np.float64)
     candidate_array = np.asarray(candidates, dtype=bool)
-    _check_selection(score_array.shape, candidate_array.shape, budget)
+    check_selection(score_array.shape, candidate_array.shape, budget)
     if np.isnan(score_array[candidate_array]).any():
         raise ValueError("scores must not be NaN at candidate blocks")
     flat_scores = score_array.ravel()
@@ -834,7 +835,8 @@ class Evolution:
     budget: int
 
 
-def _resolve_lookahead(config: BameConfig, learning_rate: float | None) -> float:
+def resolve_lookahead(config: BameConfig, learning_rate: float | None) -> float:
+    """The look-ahead step: the config's, else the learning rate (shared with the torch twin)."""
     if config.lookahead_step is not None:
         return float(config.lookahead_step)
     if learning_rate is None:
@@ -846,7 +848,8 @@ def _resolve_lookahead(config: BameConfig, learning_rate: float | None) -> float
     return float(learning_rate)
 
 
-def _check_state(state: BameState, mask: NDArray[np.bool_], m: int) -> None:
+def check_state(state: BameState, mask: NDArray[np.bool_], m: int) -> None:
+    """Every array of ``state`` has the shape ``mask`` implies (shared with the torch twin)."""
     blocks = (mask.shape[0], mask.shape[1] // m)
     for f in fields(state):
         value = getattr(state, f.name)
@@ -856,7 +859,7 @@ def _check_state(state: BameState, mask: NDArray[np.bool_], m: int) -> None:
                 raise ValueError(f"state.{f.name}.shape={value.shape} must be {expected}")
 
 
-def _next_state(
+def next_state(
     state: BameState,
     old_mask: NDArray[np.bool_],
     new_mask: NDArray[np.bool_],
@@ -958,11 +961,11 @@ def evolve_mask(
     >>> out.mask.tolist(), out.weight.tolist(), out.reduction.tolist()
     ([[False, True]], [[0.5, 0.0]], [[4.0]])
     """
-    _check_update_step(step, config)
+    check_update_step(step, config)
     n, m = config.n, config.m
     weight_array, mask_array, grad_array = _validated_inputs(weight, mask, grad, m, n)
-    _check_state(state, mask_array, m)
-    lookahead = _resolve_lookahead(config, learning_rate)
+    check_state(state, mask_array, m)
+    lookahead = resolve_lookahead(config, learning_rate)
 
     frequency = oscillation_frequency(state, config)
     candidates = candidate_blocks(state, config)
@@ -998,7 +1001,7 @@ def evolve_mask(
         mask=new_mask,
         weight=new_weight,
         velocity=new_velocity,
-        state=_next_state(state, mask_array, new_mask, config),
+        state=next_state(state, mask_array, new_mask, config),
         candidates=candidates,
         selected=selected,
         reduction=scored.reduction,
@@ -1030,7 +1033,7 @@ def evolve_mask_reference(
     random visiting orders); slow. ``visit_order`` is a permutation of the flat
     block indices (C order); the default is ``0, 1, ...``.
     """
-    _check_update_step(step, config)
+    check_update_step(step, config)
     n, m = config.n, config.m
     w, mask_array, g = _validated_inputs(weight, mask, grad, m, n)
     rows, groups = mask_array.shape[0], mask_array.shape[1] // m
@@ -1038,7 +1041,7 @@ def evolve_mask_reference(
     order = np.arange(num_blocks) if visit_order is None else np.asarray(visit_order)
     if sorted(order.tolist()) != list(range(num_blocks)):
         raise ValueError("visit_order must be a permutation of the flat block indices")
-    eta = _resolve_lookahead(config, learning_rate)
+    eta = resolve_lookahead(config, learning_rate)
     half_c = 0.5 * float(config.curvature)
 
     # Step 1: frequency and candidacy, block by block.

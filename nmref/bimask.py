@@ -169,7 +169,8 @@ def _check_permutation(permutation: ArrayLike, size: int, name: str = "permutati
     return array.astype(np.intp)
 
 
-def _check_backward_groups(out_channels: int, total: int, pattern: Pattern, straddle: bool) -> None:
+def check_backward_groups(out_channels: int, total: int, pattern: Pattern, straddle: bool) -> None:
+    """Backward N:M groups along ``out`` fit ``out_channels`` (shared with the torch twin)."""
     if straddle:
         if total % pattern.m:
             raise ValueError(
@@ -341,13 +342,13 @@ def backward_mask(
     array([1, 1, 0, 0])
     """
     pattern = check_pattern(n, m)
-    _check_rank(rank)
+    check_rank(rank)
     array = _as_weight(weight)
     resolved = _resolve_layout(array.shape, layout, straddle)
     survivors = _to_blocks(as_binary_mask(forward_mask, array.shape, "forward_mask"), resolved)
     out_channels = array.shape[0]
     order = _check_permutation(permutation, out_channels)
-    _check_backward_groups(out_channels, array.size, pattern, straddle)
+    check_backward_groups(out_channels, array.size, pattern, straddle)
 
     # float64 holds every float16/32/64 magnitude exactly.
     magnitudes = np.abs(_to_blocks(array, resolved).astype(np.float64))
@@ -450,11 +451,12 @@ def gradient_gap(
 # ----------------------------------------------------------------------------
 
 
-def _check_rank(rank: str) -> None:
+def check_rank(rank: str) -> None:
+    """``rank`` is a known ranking of the backward mask (shared with the torch twin)."""
     check_choice(rank, "rank", _RANKS)
 
 
-def _check_criterion(criterion: str) -> int:
+def check_criterion(criterion: str) -> int:
     """The criterion's code for the kernels: its index in ``_CRITERIA``."""
     return check_choice(criterion, "criterion", _CRITERIA)
 
@@ -534,14 +536,14 @@ def permutation_score(
     0
     """
     pattern = check_pattern(n, m)
-    _check_criterion(criterion)
+    check_criterion(criterion)
     mask = np.asarray(forward_mask)
     if mask.ndim < 2:
         raise ValueError(f"forward_mask must have ndim >= 2, got {mask.ndim}")
     resolved = _resolve_layout(mask.shape, layout, straddle)
     survivors = _forward_survivor_blocks(mask, mask.shape, resolved)
     order = _check_permutation(permutation, mask.shape[0])
-    _check_backward_groups(mask.shape[0], mask.size, pattern, straddle)
+    check_backward_groups(mask.shape[0], mask.size, pattern, straddle)
     counts = _block_counts_reference(survivors, order, pattern)
     return int(_criterion_values(counts, pattern.n, criterion).sum())
 
@@ -582,7 +584,7 @@ def score_permutations(
     tie-heavy masks). ``straddle=True`` falls back to the reference.
     """
     pattern = check_pattern(n, m)
-    criterion_code = _check_criterion(criterion)
+    criterion_code = check_criterion(criterion)
     mask = np.asarray(forward_mask)
     if mask.ndim < 2:
         raise ValueError(f"forward_mask must have ndim >= 2, got {mask.ndim}")
@@ -597,7 +599,7 @@ def score_permutations(
     orders = [
         _check_permutation(c, out_channels, f"permutations[{i}]") for i, c in enumerate(candidates)
     ]
-    _check_backward_groups(out_channels, mask.size, pattern, straddle)
+    check_backward_groups(out_channels, mask.size, pattern, straddle)
     if straddle:
         return np.array(
             [
@@ -662,7 +664,7 @@ def _as_generator(rng: object) -> np.random.Generator:
     )
 
 
-def _evaluated_permutations(
+def evaluated_permutations(
     candidates: int | ArrayLike, out_channels: int, rng: object, include_identity: bool
 ) -> NDArray[np.intp]:
     """The permutations :func:`search_permutation` scores, in order, as a ``(K, out)`` array.
@@ -756,9 +758,9 @@ def search_permutation(
     same result. Zhang et al. 2023, Sec. 3; code ``get_best_permutation``.
     """
     pattern = check_pattern(n, m)
-    _check_criterion(criterion)
+    check_criterion(criterion)
     array = _as_weight(weight)
-    evaluated = _evaluated_permutations(candidates, array.shape[0], rng, include_identity)
+    evaluated = evaluated_permutations(candidates, array.shape[0], rng, include_identity)
     mask = forward_mask(array, pattern.n, pattern.m, layout=layout, straddle=straddle)
     scores = score_permutations(
         mask, evaluated, pattern.n, pattern.m, criterion=criterion, layout=layout, straddle=straddle
@@ -925,11 +927,11 @@ def local_search_permutation(
     size / out. Not in Zhang et al. 2023; the objective is theirs.
     """
     pattern = check_pattern(n, m)
-    criterion_code = _check_criterion(criterion)
+    criterion_code = check_criterion(criterion)
     array = _as_weight(weight)
     resolved = _resolve_layout(array.shape, layout, False)
     out_channels = array.shape[0]
-    _check_backward_groups(out_channels, array.size, pattern, False)
+    check_backward_groups(out_channels, array.size, pattern, False)
     if out_channels // pattern.m < 2:
         raise ValueError(
             f"local search needs at least two backward blocks (out >= 2*m), got out={out_channels}"
@@ -1069,12 +1071,12 @@ def greedy_permutation(
     search: ``benchmarks/bench_bimask.py`` and ``specs/bimask.md``.
     """
     pattern = check_pattern(n, m)
-    criterion_code = _check_criterion(criterion)
+    criterion_code = check_criterion(criterion)
     check_count(window, "window", minimum=1)
     array = _as_weight(weight)
     resolved = _resolve_layout(array.shape, layout, False)
     out_channels = array.shape[0]
-    _check_backward_groups(out_channels, array.size, pattern, False)
+    check_backward_groups(out_channels, array.size, pattern, False)
     order = _as_generator(rng).permutation(out_channels).astype(np.int64)
     mask = forward_mask(array, pattern.n, pattern.m, layout=resolved)
     rows = _channel_rows(_forward_survivor_blocks(mask, array.shape, resolved))

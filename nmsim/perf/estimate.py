@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from nmref._validation import check_positive_integer
 from nmref.patterns import Pattern, parse_pattern
-from nmsim._validation import positive_int
 from nmsim.perf.calibration import compress_time_s
 from nmsim.perf.flops import (
     GEMMS,
@@ -175,7 +175,7 @@ def estimate_step(
     and batch folded into ``n`` (an approximation). Grouped convolutions are
     ``count`` separate GEMMs. Complexity O(layers x phases x tile configs).
     """
-    batch = positive_int("batch", batch)
+    batch = check_positive_integer(batch, "batch")
     if not 0.0 <= non_gemm_fraction < 1.0:
         raise ValueError(f"non_gemm_fraction={non_gemm_fraction} must be in [0, 1)")
     if mode not in ("train", "inference"):

@@ -33,8 +33,8 @@ from functools import cache
 from importlib import resources
 from typing import Literal
 
+from nmref._validation import check_positive_integer
 from nmref.patterns import Pattern, parse_pattern
-from nmsim._validation import positive_int
 from nmsim.perf.hardware import DTYPE_BYTES, GPU, get_gpu, normalize_dtype
 
 __all__ = [
@@ -383,9 +383,9 @@ def gemm_time(
     True
     """
     gpu_obj = get_gpu(gpu)
-    m = positive_int("m", m)
-    n = positive_int("n", n)
-    k = positive_int("k", k)
+    m = check_positive_integer(m, "m")
+    n = check_positive_integer(n, "n")
+    k = check_positive_integer(k, "k")
     dtype = normalize_dtype(dtype)
     peak = gpu_obj.peak(dtype, accumulate)
     output = normalize_dtype(output_dtype) if output_dtype is not None else DEFAULT_OUTPUT[dtype]
@@ -437,8 +437,8 @@ def gemm_time(
         kept = m * k * executed.density
         a_values = kept * element
         a_metadata = kept * metadata_bits_per_kept(dtype) / 8
-    b_count = k * n if b_elements is None else positive_int("b_elements", b_elements)
-    c_count = m * n if c_elements is None else positive_int("c_elements", c_elements)
+    b_count = k * n if b_elements is None else check_positive_integer(b_elements, "b_elements")
+    c_count = m * n if c_elements is None else check_positive_integer(c_elements, "c_elements")
     b_bytes = b_count * element
     c_bytes = c_count * OUTPUT_BYTES[output]
 

@@ -168,17 +168,12 @@ def _one_d(context: TensorContext) -> dict[str, Any]:
 
 
 def _transposable_mask(context: TensorContext, method: str) -> NDArray[np.bool_]:
+    from nmref._validation import check_transposable_layout
     from nmref.transposable import transposable_mask
 
     pattern = context.pattern
     shape = context.weight.shape
-    if context.layout == "channels" and len(shape) > 2 and shape[0] % pattern.m:
-        # The "channels" matrix stacks kernel taps: a tile would straddle two taps, and the
-        # input-gradient GEMM (reducing over out) would not be N:M (as transposable_weight_mask).
-        raise ValueError(
-            f"weight.shape[0]={shape[0]} (out channels) must be a multiple of m={pattern.m} for "
-            "layout='channels': a transposable tile spans m output channels at one kernel tap"
-        )
+    check_transposable_layout(tuple(shape), pattern.m, context.layout)
     matrix_mask = np.asarray(
         transposable_mask(context.matrix_scores(), pattern.n, pattern.m, method=method), dtype=bool
     )

@@ -14,13 +14,13 @@ import torch
 
 from nmref.bame import (
     BlockScores,
-    _check_candidate_blocks,
-    _check_choice,
-    _check_mask_form,
-    _check_operand_shapes,
-    _check_selection,
-    _check_utility_settings,
-    _raise_candidate_grad,
+    check_candidate_blocks,
+    check_config_choice,
+    check_mask_form,
+    check_operand_shapes,
+    check_selection,
+    check_utility_settings,
+    raise_candidate_grad,
 )
 from nmref.patterns import check_pattern
 
@@ -44,7 +44,7 @@ def keep_utility(
     = 0 (``regrow_init="zero"``) or the stale ``w``. Same validation of the settings.
     Complexity O(size).
     """
-    _check_utility_settings(regrow_init, lookahead_step, curvature)
+    check_utility_settings(regrow_init, lookahead_step, curvature)
     w = weight.to(torch.float64)
     g = grad.to(torch.float64)
     half_c = 0.5 * float(curvature)
@@ -92,25 +92,25 @@ def block_scores(
     """
     pattern = check_pattern(n, m)
     mask_shape = tuple(mask.shape)
-    _check_mask_form("mask", mask.dtype == torch.bool, mask.dtype, mask_shape, m)
+    check_mask_form("mask", mask.dtype == torch.bool, mask.dtype, mask_shape, m)
     for name, tensor in (("weight", weight), ("grad", grad)):
         if not tensor.is_floating_point():
             raise TypeError(f"{name} must be a float tensor, got dtype={tensor.dtype}")
-    _check_operand_shapes(mask_shape, weight=tuple(weight.shape), grad=tuple(grad.shape))
+    check_operand_shapes(mask_shape, weight=tuple(weight.shape), grad=tuple(grad.shape))
     if not is_nm(mask, n, m):
         raise ValueError(f"mask must keep exactly n={n} in every block of m={m}")
     if not bool(torch.isfinite(weight).all()):
         raise ValueError("weight must be finite (NaN/inf weights have no loss estimate)")
-    _check_candidate_blocks(
+    check_candidate_blocks(
         candidates.dtype == torch.bool, candidates.dtype, tuple(candidates.shape), mask_shape, m
     )
-    _check_choice("swap_rule", swap_rule)
-    _check_choice("regrow_init", regrow_init)
+    check_config_choice("swap_rule", swap_rule)
+    check_config_choice("regrow_init", regrow_init)
     rows, groups = mask.shape[0], mask.shape[1] // m
     expanded = candidates.repeat_interleave(m, dim=1)
     bad = expanded & ~torch.isfinite(grad)
     if bool(bad.any()):
-        _raise_candidate_grad(*(int(i) for i in bad.nonzero()[0]), m)
+        raise_candidate_grad(*(int(i) for i in bad.nonzero()[0]), m)
     safe_grad = torch.where(expanded, grad.to(torch.float64), 0.0)
     utility = keep_utility(
         weight,
@@ -151,7 +151,7 @@ def block_scores(
 def select_blocks(scores: torch.Tensor, candidates: torch.Tensor, budget: int) -> torch.Tensor:
     """The ``budget`` best candidate blocks with a positive score, ordered by
     ``(-score, row, group)`` (twin of :func:`nmref.bame.select_blocks`)."""
-    _check_selection(tuple(scores.shape), tuple(candidates.shape), budget)
+    check_selection(tuple(scores.shape), tuple(candidates.shape), budget)
     flat_scores = scores.to(torch.float64).reshape(-1)
     flat_candidates = candidates.reshape(-1)
     if bool(torch.isnan(flat_scores[flat_candidates]).any()):
@@ -192,12 +192,12 @@ def evolve_mask(
 
     from nmref import bame as reference
 
-    reference._check_update_step(step, config)
+    reference.check_update_step(step, config)
     n, m = config.n, config.m
     device = weight.device
-    lookahead = reference._resolve_lookahead(config, learning_rate)
+    lookahead = reference.resolve_lookahead(config, learning_rate)
     host_mask = mask.cpu().numpy()
-    reference._check_state(state, host_mask, m)
+    reference.check_state(state, host_mask, m)
     frequency = reference.oscillation_frequency(state, config)
     candidates = reference.candidate_blocks(state, config)
     candidates_device = torch.from_numpy(candidates).to(device)
@@ -237,7 +237,7 @@ def evolve_mask(
         new_velocity = velocity.clone()
         if config.reset_momentum:
             new_velocity[changed] = 0
-    new_state = reference._next_state(state, host_mask, new_mask.cpu().numpy(), config)
+    new_state = reference.next_state(state, host_mask, new_mask.cpu().numpy(), config)
     return reference.Evolution(
         mask=new_mask,
         weight=new_weight,

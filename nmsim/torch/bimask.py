@@ -18,10 +18,10 @@ import torch
 
 from nmref.bimask import (
     PermutationSearch,
-    _check_backward_groups,
-    _check_criterion,
-    _check_rank,
-    _evaluated_permutations,
+    check_backward_groups,
+    check_criterion,
+    check_rank,
+    evaluated_permutations,
 )
 from nmref.layouts import Layout, default_layout
 from nmref.patterns import check_pattern
@@ -94,7 +94,7 @@ def backward_mask(
     O(size * m), all tensor operations.
     """
     pattern = check_pattern(n, m)
-    _check_rank(rank)
+    check_rank(rank)
     weight = _as_weight(weight)
     shape = tuple(weight.shape)
     resolved = default_layout(len(shape)) if layout is None else layout
@@ -102,7 +102,7 @@ def backward_mask(
     order = _check_permutations(
         torch.as_tensor(permutation, device=weight.device), shape[0], "permutation"
     )
-    _check_backward_groups(shape[0], weight.numel(), pattern, False)
+    check_backward_groups(shape[0], weight.numel(), pattern, False)
     magnitudes = _to_blocks(weight, resolved).abs()
     survivors_permuted = survivors[:, order, :]
     magnitudes_permuted = magnitudes[:, order, :]
@@ -135,7 +135,7 @@ def score_permutations(
     most 64 MiB of gathered survivors.
     """
     pattern = check_pattern(n, m)
-    _check_criterion(criterion)
+    check_criterion(criterion)
     mask = torch.as_tensor(forward_mask)
     if mask.dim() < 2:
         raise ValueError(f"forward_mask must have ndim >= 2, got {mask.dim()}")
@@ -150,7 +150,7 @@ def score_permutations(
             f"got {tuple(candidates.shape)}"
         )
     candidates = _check_permutations(candidates, out_channels, "permutations")
-    _check_backward_groups(out_channels, mask.numel(), pattern, False)
+    check_backward_groups(out_channels, mask.numel(), pattern, False)
     # One row per output channel: (out, taps * reduction) survivor bytes.
     rows = survivors.movedim(1, 0).reshape(out_channels, -1).to(torch.uint8)
     scores = torch.zeros(candidates.shape[0], dtype=torch.int64, device=mask.device)
@@ -192,14 +192,14 @@ def search_permutation(
     :class:`~nmref.bimask.PermutationSearch` (NumPy arrays).
     """
     check_pattern(n, m)
-    _check_criterion(criterion)
+    check_criterion(criterion)
     weight = _as_weight(weight)
     if isinstance(candidates, torch.Tensor):
         candidates = candidates.cpu()
         if candidates.dtype == torch.bfloat16:  # no NumPy twin; still refused as not integer
             candidates = candidates.float()
         candidates = candidates.numpy()
-    evaluated = _evaluated_permutations(candidates, weight.shape[0], rng, include_identity)
+    evaluated = evaluated_permutations(candidates, weight.shape[0], rng, include_identity)
 
     from .masks import magnitude_mask
 

@@ -43,6 +43,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from nmref._validation import check_nonnegative
 from nmref.layouts import Layout
 from nmref.patterns import Pattern, parse_pattern
 
@@ -304,17 +305,14 @@ def transposable_weight_mask(
     """Transposable N:M mask of ``|w|`` through the weight's layout (``specs/transposable.md``
     T1): tiles span ``m`` output channels x ``m`` input channels (at one kernel tap for
     ``"channels"``), so both the forward and the input-gradient GEMM see N:M groups."""
+    from nmref._validation import check_transposable_layout
     from nmref.layouts import default_layout
 
     from .layouts import from_reduction_matrix, to_reduction_matrix
     from .transposable import transposable_mask
 
     resolved = default_layout(weight.dim()) if layout is None else layout
-    if resolved == "channels" and weight.shape[0] % m:
-        raise ValueError(
-            f"out={weight.shape[0]} must be a multiple of m={m}: a tile would straddle two "
-            "kernel taps"
-        )
+    check_transposable_layout(tuple(weight.shape), m, resolved)
     magnitudes = to_reduction_matrix(weight.detach(), resolved).abs()
     mask = transposable_mask(magnitudes, n, m, method=method)
     return from_reduction_matrix(mask, tuple(weight.shape), resolved)
@@ -376,8 +374,8 @@ def sparse_weight(
 
 
 def check_decay(decay: float) -> None:
-    """Raise unless SR-STE's ``decay`` is a finite real number >= 0 (``bool`` is not one)."""
-    if isinstance(decay, bool) or not isinstance(decay, int | float):
-        raise TypeError(f"decay={decay!r} must be a real number")
-    if not decay >= 0 or decay == float("inf"):
-        raise ValueError(f"decay={decay!r} must be finite and >= 0")
+    """Raise unless SR-STE's ``decay`` is a finite real number >= 0 (``bool`` is not one).
+
+    The rule of :func:`nmref.srste.srste_gradient`, with its messages.
+    """
+    check_nonnegative(decay, "decay")

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from nmref.layouts import Layout, _check_layout, default_layout, to_reduction_shape
+from nmref._validation import check_layout
+from nmref.layouts import Layout, default_layout, to_reduction_shape
 
 __all__ = ["from_reduction_matrix", "to_reduction_matrix"]
 
@@ -27,7 +28,7 @@ def to_reduction_matrix(weight: torch.Tensor, layout: Layout | None = None) -> t
     """
     if layout is None:
         layout = default_layout(weight.dim())
-    _check_layout(layout, weight.dim())
+    check_layout(layout, weight.dim())
     if layout == "linear":
         return weight
     out_channels, in_channels = weight.shape[:2]
@@ -51,7 +52,7 @@ def from_reduction_matrix(
     shape = tuple(int(s) for s in shape)
     if layout is None:
         layout = default_layout(len(shape))
-    _check_layout(layout, len(shape))
+    check_layout(layout, len(shape))
     expected = to_reduction_shape(shape, layout)
     if tuple(matrix.shape) != expected:
         raise ValueError(

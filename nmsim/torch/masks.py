@@ -18,7 +18,7 @@ from typing import Literal
 
 import torch
 
-from nmref.masks import _check_axis, _check_remainder, _raise_nan
+from nmref._validation import NAN_HAS_NO_RANK, check_axis, check_remainder, raise_nan
 from nmref.patterns import Pattern, check_pattern
 
 from .layouts import Layout, from_reduction_matrix, to_reduction_matrix
@@ -63,7 +63,7 @@ def check_no_nan(tensor: torch.Tensor, name: str) -> None:
     """
     if tensor.is_floating_point() and bool(torch.isnan(tensor).any()):
         first = int(torch.isnan(tensor.reshape(-1)).nonzero()[0, 0])
-        _raise_nan(tuple(tensor.shape), first, name)
+        raise_nan(tuple(tensor.shape), first, name, NAN_HAS_NO_RANK)
 
 
 def to_magnitude_keys(weights: torch.Tensor) -> torch.Tensor:
@@ -187,8 +187,8 @@ def nm_mask(
     tensor = _as_tensor(scores, "scores")
     if tensor.dim() == 0:
         raise ValueError("scores must have at least one dimension")
-    axis = _check_axis(axis, tensor.dim())
-    _check_remainder(tensor.shape[axis], pattern, axis, remainder)
+    axis = check_axis(axis, tensor.dim())
+    check_remainder(tensor.shape[axis], pattern, axis, remainder)
     check_no_nan(tensor, "scores")
     keys = _rank_keys(tensor.movedim(axis, -1))
     return _mask_along_last(keys, pattern).movedim(-1, axis)
@@ -224,7 +224,7 @@ def magnitude_mask(
     pattern = check_pattern(n, m)
     tensor = _as_tensor(weights, "weights")
     matrix = to_reduction_matrix(tensor, layout)
-    _check_remainder(matrix.shape[-1], pattern, 1, remainder)
+    check_remainder(matrix.shape[-1], pattern, 1, remainder)
     check_no_nan(tensor, "weights")
     keys = _rank_keys(to_magnitude_keys(matrix))
     return from_reduction_matrix(_mask_along_last(keys, pattern), tuple(tensor.shape), layout)
@@ -247,9 +247,9 @@ def is_nm(
     tensor = _as_tensor(mask, "mask")
     if tensor.dim() == 0:
         raise ValueError("mask must have at least one dimension")
-    axis = _check_axis(axis, tensor.dim())
+    axis = check_axis(axis, tensor.dim())
     length = tensor.shape[axis]
-    _check_remainder(length, pattern, axis, remainder)
+    check_remainder(length, pattern, axis, remainder)
     kept = (tensor != 0).movedim(axis, -1)
     num_groups = -(-length // pattern.m)
     padded = torch.zeros(
