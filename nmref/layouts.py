@@ -56,10 +56,6 @@ def default_layout(ndim: int) -> Layout:
     return "linear" if ndim == 2 else "channels"
 
 
-# The old private name, still imported by nmsim.torch.layouts until it calls check_layout.
-_check_layout = check_layout
-
-
 def to_reduction_matrix(weight: ArrayLike, layout: Layout | None = None) -> NDArray:
     """Map a weight to the 2-D ``[rows, reduction]`` matrix of its layout.
 

@@ -19,7 +19,6 @@ from nmref._validation import (
     check_axis,
     check_no_nan,
     check_remainder,
-    raise_nan,
 )
 from nmref.layouts import Layout, from_reduction_matrix, to_reduction_matrix
 from nmref.patterns import Pattern, check_pattern
@@ -39,16 +38,6 @@ Remainder = Literal["error", "pad"]
 # ----------------------------------------------------------------------------
 # Input validation (the rules themselves are in nmref._validation)
 # ----------------------------------------------------------------------------
-
-
-# The old private names, still imported by nmsim.torch.masks until it calls nmref._validation.
-_check_axis = check_axis
-_check_remainder = check_remainder
-
-
-def _raise_nan(shape: tuple[int, ...], flat_index: int, name: str) -> None:
-    """The old private name: :func:`nmref._validation.raise_nan` with the masks' reason."""
-    raise_nan(shape, flat_index, name, NAN_HAS_NO_RANK)
 
 
 def to_bool_mask(mask: ArrayLike, name: str = "mask") -> NDArray[np.bool_]:

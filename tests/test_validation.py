@@ -7,8 +7,6 @@ import pytest
 
 import nmref
 from nmref import _validation as v
-from nmref.layouts import _check_layout
-from nmref.masks import _check_axis, _check_remainder, _raise_nan
 
 
 @pytest.mark.parametrize("value", [0, 7, -3, np.int64(5), np.uint8(2)])
@@ -61,7 +59,7 @@ def test_nan_messages_name_the_first_nan_and_the_reason():
     with pytest.raises(ValueError, match=r"^w contains NaN \(first at index \(1, 0\)\)$"):
         v.check_no_nan(array, "w")
     with pytest.raises(ValueError, match=r"\(first at index \(1, 0\)\); NaN has no rank, so no"):
-        _raise_nan(array.shape, 3, "scores")
+        v.raise_nan(array.shape, 3, "scores", v.NAN_HAS_NO_RANK)
     v.check_no_nan(np.array([1, 2]), "w")  # integers hold no NaN
     with pytest.raises(ValueError, match=r"^w contains an infinity at index \(0, 1\); transpos"):
         v.check_finite_scores(np.array([[0.0, -np.inf]]), "w")
@@ -75,13 +73,11 @@ def test_float_arrays_refuse_other_dtypes_before_looking_for_nan():
             v.as_float_array(np.array([np.nan], dtype=np.longdouble), "g")
 
 
-def test_the_old_private_names_are_the_rules():
-    assert _check_axis is v.check_axis and _check_remainder is v.check_remainder
-    assert _check_layout is v.check_layout
+def test_axis_and_layout_rules():
     assert nmref.LAYOUTS is v.LAYOUTS
     assert v.check_axis(np.int8(-1), 3) == 2
     with pytest.raises(TypeError, match=r"^axis=True must be an integer$"):
-        _check_axis(True, 2)
+        v.check_axis(True, 2)
 
 
 def test_the_channels_rule_of_transposable_masks_is_one_message():
