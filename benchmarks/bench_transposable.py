@@ -70,8 +70,8 @@ def kept_per_tile(scores: np.ndarray, mask: np.ndarray, m: int) -> np.ndarray:
 
 
 def integer_costs(tiles: np.ndarray) -> np.ndarray:
-    # Relative scale 2**40 / max (research notes Sec. 9): a fixed x1e6 would
-    # create artificial ties on small weights.
+    # Peers need integer costs (nmref itself is exact, spec T5): a relative scale 2**40 / max,
+    # because a fixed x1e6 would create artificial ties on small weights.
     scale = 2.0**40 / max(float(tiles.max()), 1e-300)
     return np.rint(tiles.astype(np.float64) * scale).astype(np.int64)
 

@@ -131,7 +131,7 @@ def test_dense_resnet50_training_is_3_1e18_flops_for_100_epochs() -> None:
 def test_resnet50_with_dense_stem_and_fc_matches_the_independent_table(
     pattern: str, srste: float, bimask: float, inference: float
 ) -> None:
-    """bimask.md §5.3 and bame.md §4.4, computed independently by the research notes."""
+    """Figures computed independently by hand from the papers' accounting (specs/flops.md)."""
     assert training_flops("resnet50", "srste", pattern).ratio == pytest.approx(srste, abs=5e-5)
     report = training_flops("resnet50", "bimask", pattern)
     assert report.ratio == pytest.approx(bimask, abs=5e-5)

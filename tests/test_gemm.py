@@ -200,7 +200,7 @@ def test_two_x_bound_holds_for_any_valid_parameters(
 
 # --------------------------------------------------------------------------- shape classes
 def test_large_a100_gemms_land_in_the_published_band() -> None:
-    """hardware.md §3: large fp16 2:4 GEMMs on A100 reach about 1.3-1.6x, never 2x."""
+    """Published A100 measurements (nmsim/data/calibration.toml): large fp16 2:4 GEMMs reach about 1.3-1.6x, never 2x."""
     for shape in [
         (4096, 4096, 4096),
         (8192, 8192, 8192),
@@ -367,7 +367,7 @@ def test_docstring_examples_hold() -> None:
     [("fp16", "fp16"), ("bf16", "bf16"), ("int8", "int8"), ("tf32", "fp32")],
 )
 def test_metadata_bits_agree_with_the_bit_exact_format(gemm_dtype: str, format_kind: str) -> None:
-    """hardware.md §2 tags the metadata cost [M, derived]; nmsim.formats reproduces PyTorch's
+    """The metadata cost is derived, not measured [M]; nmsim.formats reproduces PyTorch's
     converter bit for bit, so its word sizes pin the bits per kept value independently."""
     from nmsim.formats.sparse_2to4 import compress_2to4, format_spec
     from nmsim.perf.gemm import metadata_bits_per_kept

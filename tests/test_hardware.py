@@ -24,7 +24,7 @@ ISSUE_GPUS = (
     "b200",
 )
 
-# Dense FP16 tensor FLOP per clock per SM (hardware.md §1 [M]), the accumulate dtype at which
+# Dense FP16 tensor FLOP per clock per SM (from the architecture whitepapers; not re-read [M]), the accumulate dtype at which
 # the part runs at that rate, and GPUs whose datasheet peak is quoted at a boost clock
 # slightly above the sustained one (relative tolerance).
 FLOP_PER_CLOCK = {

@@ -51,7 +51,10 @@ ASSUMED: dict[str, tuple[float, str]] = {
         0.8,
         "no dense memory-bound time is published; 80 % of DRAM peak is a typical GEMV figure [M]",
     ),
-    "launch_overhead_us": (4.0, "hardware.md §4: ~3-5 us per kernel [M]"),
+    "launch_overhead_us": (
+        4.0,
+        "a typical CUDA kernel launch and prologue of ~3-5 us; no published point isolates it [M]",
+    ),
     "sparse_extra_overhead_us": (0.0, "no published point isolates it"),
 }
 
@@ -156,7 +159,8 @@ def compress_time_s(
 
     Modelled as a memory-bound pass at ``compress_bandwidth_fraction`` of DRAM
     bandwidth; that fraction is derived from the measured 36 us for an 8 MiB
-    weight on A100-80GB (hardware.md §3 row 4) and transfers to other GPUs by
+    weight on A100-80GB (calibration point ``a100-compress`` in
+    ``nmsim/data/calibration.toml``, with its source) and transfers to other GPUs by
     bandwidth only (an assumption).
     """
     if not 0 <= weight_bytes < math.inf:  # also rejects NaN

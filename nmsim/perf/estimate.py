@@ -34,7 +34,8 @@ from nmsim.perf.models import Layer, model_layers
 __all__ = ["DEFAULT_NON_GEMM_FRACTION", "StepEstimate", "estimate_step"]
 
 #: Share of a dense step spent outside GEMMs when the caller gives none. An
-#: assumption, not a measurement: no published point isolates it (hardware.md §3).
+#: assumption, not a measurement: no published point isolates it
+#: (none of the points in ``nmsim/data/calibration.toml`` does).
 DEFAULT_NON_GEMM_FRACTION = 0.25
 
 #: Methods whose input gradient uses a different N:M mask than the forward (Bi-Mask's

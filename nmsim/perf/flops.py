@@ -24,7 +24,7 @@ hardware delivers the second:
 
 References: Zhou et al. 2021 (SR-STE), Hubara et al. 2021 (transposable masks),
 Zhang et al. 2023 (Bi-Mask, Sec. 3), Yang et al. 2025 (BAME, abstract),
-Mishra et al. 2021 (ASP). Research notes: ``bimask.md`` §5, ``bame.md`` §4.
+Mishra et al. 2021 (ASP). Specs: ``specs/flops.md``, ``specs/bimask.md``, ``specs/bame.md``.
 """
 
 from __future__ import annotations
@@ -564,7 +564,7 @@ def assumption_table(
     """Ratios of every method under both accountings, plus BAME readings.
 
     Shows what each accounting assumption yields instead of quoting one
-    headline number (``bame.md`` §4.5).
+    headline number (``specs/flops.md``).
     """
     rows: list[dict[str, object]] = []
     baseline = {

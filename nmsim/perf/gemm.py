@@ -83,7 +83,8 @@ class GemmParameters:
         (values + metadata) streams; B, C and the split-K workspace of a sparse
         GEMM stream at ``dense_memory_efficiency``. Constrained
         ``<= dense_memory_efficiency``. Fitted from weight-bound decode GEMMs
-        that run slower sparse than dense (hardware.md §3 rows 10-11).
+        that run slower sparse than dense (the RTX 4090 and A100 decode points of
+        ``nmsim/data/calibration.toml``).
     launch_overhead_us : float
         Fixed per-call time (launch, prologue/epilogue) of any GEMM.
     sparse_extra_overhead_us : float
@@ -251,7 +252,7 @@ def metadata_bits_per_kept(dtype: str) -> int:
     """Metadata bits stored per kept value: 2 (2-bit index) for 8/16-bit, 4 for TF32.
 
     PTX "Sparse matrix storage": 16/8-bit types store two 2-bit indices per
-    4-group; TF32 stores one 4-bit code per 2-group (hardware.md §2).
+    4-group; TF32 stores one 4-bit code per 2-group (``specs/formats.md``).
     """
     return 4 if normalize_dtype(dtype) == "tf32" else 2
 
