@@ -257,7 +257,7 @@ def forward_mask(
 
 
 def _backward_keep(
-    keys: NDArray[np.float64], survivors: NDArray[np.bool_], pattern: Pattern, straddle: bool
+    keys: NDArray[np.floating], survivors: NDArray[np.bool_], pattern: Pattern, straddle: bool
 ) -> NDArray[np.bool_]:
     """N:M along the output axis (axis 1) of permuted ``(taps, out, reduction)`` blocks, in F."""
     # Backward groups run down a column: move the output axis last, then group.
@@ -346,8 +346,9 @@ def backward_mask(
     order = _check_permutation(permutation, out_channels)
     _check_backward_groups(out_channels, array.size, pattern, straddle)
 
-    # float64 holds every float16/32/64 magnitude exactly.
-    magnitudes = np.abs(_to_blocks(array, resolved).astype(np.float64))
+    # |w| in the weight's own float dtype is exact and orders as the weights do; keeping
+    # that dtype (not float64) means the 1-D mask kernel compiles once for both masks.
+    magnitudes = np.abs(_to_blocks(array, resolved))
     survivors_permuted = survivors[:, order, :]
     magnitudes_permuted = magnitudes[:, order, :]
     if rank == "survivors":
