@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from nmref._deprecation import install_moved_modules
 from nmref.bame import (
     BameConfig,
     BameState,
@@ -53,6 +54,9 @@ from nmref.transposable import (
     transposable_weight_mask,
     verify_certificate,
 )
+
+# Old public paths of moved modules: they import, with a DeprecationWarning, for one release.
+install_moved_modules({"nmref.flow": "nmref.transposable.flow"})
 
 try:
     __version__ = version("nm-sparsity-ref")

@@ -19,13 +19,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nmref import flow
-from nmref._flow_kernels import START_LANES, _selection_network, float64_exact_binades
 from nmref.masks import nm_mask
 from nmref.patterns import check_pattern
 from nmref.transposable import (
-    _solve_exact,  # the flow kernel on its own
     exact_integer_tile,
+    flow,
     is_transposable,
     optimality_gap,
     transposable_certificate,
@@ -36,6 +34,9 @@ from nmref.transposable import (
     transposable_weight_mask,
     verify_certificate,
 )
+from nmref.transposable._driver import solve_exact as _solve_exact  # the flow kernel on its own
+from nmref.transposable._enumeration_kernels import float64_exact_binades
+from nmref.transposable._flow_kernels import START_LANES, _selection_network
 
 GOLDEN = Path(__file__).resolve().parents[1] / "specs" / "golden" / "transposable.json"
 

@@ -1,0 +1,365 @@
+r"""Transposable N:M masks: exact, brute force, greedy, and an optimality oracle.
+
+A mask is **transposable N:M** when every aligned ``m x m`` tile keeps exactly
+``n`` entries in each of its rows and each of its columns, so that both ``W``
+(grouped along rows) and ``W.T`` are N:M (Hubara et al. 2021, Sec. 4). Tiles
+are independent; for each one this module solves
+
+.. math::
+
+    \max_{S \in \{0,1\}^{m \times m}} \sum_{ij} S_{ij} s_{ij}
+    \quad\text{s.t.}\quad S\mathbf 1 = n\mathbf 1,\ S^\top\mathbf 1 = n\mathbf 1 .
+
+``specs/transposable.md`` fixes every choice; the essentials:
+
+* ``scores`` is a 2-D matrix; both dimensions must be multiples of ``m``.
+  Scores are any finite numbers (use :func:`transposable_weight_mask` for
+  ``|w|`` of Linear/Conv weights). NaN and infinities are errors.
+* **Ties.** Among optimal masks the canonical one is returned: the
+  lexicographically greatest row-major keep-vector of the tile ("the lower
+  flat index wins"). Every exact method returns it, bit for bit.
+* **Exact arithmetic.** Scores are compared as exact rationals: each tile is
+  scaled by a power of two to integers (int64 in the kernels, Python ints in
+  the reference), so rounding never decides a tie.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from nmref.layouts import Layout, from_reduction_matrix, to_reduction_matrix
+from nmref.masks import _as_scores, to_magnitudes
+from nmref.patterns import check_pattern
+from nmref.transposable import flow
+from nmref.transposable._driver import (
+    ENUMERATION_MAX_PATTERNS,
+    greedy_mask,
+    masked_units,
+    solve_exact,
+)
+from nmref.transposable._inputs import METHODS, Method, check_all_finite, check_method, prepare
+from nmref.transposable.certificates import (
+    Certificate,
+    transposable_certificate,
+    verify_certificate,
+)
+from nmref.transposable.greedy import greedy_tile
+from nmref.transposable.patterns import (
+    BRUTE_MAX_M,
+    brute_tile,
+    is_transposable,
+    transposable_patterns,
+)
+from nmref.transposable.tiles import exact_integer_tile, iter_tiles
+
+__all__ = [
+    "BRUTE_MAX_M",
+    "ENUMERATION_MAX_PATTERNS",
+    "METHODS",
+    "Certificate",
+    "Method",
+    "OptimalityGap",
+    "exact_integer_tile",
+    "is_transposable",
+    "optimality_gap",
+    "transposable_certificate",
+    "transposable_mask",
+    "transposable_mask_reference",
+    "transposable_optimum",
+    "transposable_patterns",
+    "transposable_weight_mask",
+    "verify_certificate",
+]
+
+
+class OptimalityGap(NamedTuple):
+    """How far a mask's kept sum is below the optimum.
+
+    Attributes
+    ----------
+    per_tile : ndarray of float64, shape (R // m, C // m)
+        Optimal kept sum minus the mask's kept sum, exact then rounded once.
+    total : float
+        Sum over tiles (exact, then rounded once).
+    """
+
+    per_tile: NDArray[np.float64]
+    total: float
+
+
+def transposable_mask_reference(
+    scores: ArrayLike, n: int, m: int, *, method: Method = "exact"
+) -> NDArray[np.bool_]:
+    """Plain-Python transposable mask: the teaching version of :func:`transposable_mask`.
+
+    Same contract, inputs and errors as :func:`transposable_mask`; loops over
+    tiles in Python: ``"exact"`` runs :func:`nmref.transposable.flow.solve_tile` on exact
+    integers, ``"brute"`` scans :func:`transposable_patterns`, the greedy
+    methods sort each tile. Slow; use it as an oracle.
+
+    Examples
+    --------
+    >>> transposable_mask_reference(np.ones((4, 4)), 2, 4).astype(int)
+    array([[1, 1, 0, 0],
+           [1, 1, 0, 0],
+           [0, 0, 1, 1],
+           [0, 0, 1, 1]])
+    """
+    check_method(method)
+    array, pattern = prepare(scores, n, m)
+    if method == "brute" and pattern.m > BRUTE_MAX_M:
+        raise ValueError(f"method='brute' needs m <= {BRUTE_MAX_M}, got m={pattern.m}")
+    mask = np.zeros(array.shape, dtype=bool)
+    for tile_row, tile_column, tile in iter_tiles(array, pattern.m):
+        if method in ("greedy", "greedy-prune"):
+            kept = greedy_tile(tile, pattern, prune_form=method == "greedy-prune")
+        else:
+            units, _ = exact_integer_tile(tile)
+            if method == "brute":
+                kept, _ = brute_tile(units, pattern)
+            else:
+                kept, _, _ = flow.solve_tile(units, pattern.n)
+        r0, c0 = tile_row * pattern.m, tile_column * pattern.m
+        mask[r0 : r0 + pattern.m, c0 : c0 + pattern.m] = kept
+    return mask
+
+
+def transposable_mask(
+    scores: ArrayLike,
+    n: int,
+    m: int,
+    *,
+    method: Method = "exact",
+    parallel: bool = False,
+) -> NDArray[np.bool_]:
+    r"""Transposable N:M mask of a 2-D score matrix.
+
+    Every aligned ``m x m`` tile keeps ``n`` entries in each row and column,
+    chosen to maximise the kept sum of scores:
+
+    .. math::
+
+        \max_{S \in \{0,1\}^{m \times m}} \sum_{ij} S_{ij} s_{ij}
+        \quad\text{s.t.}\quad S\mathbf 1 = S^\top\mathbf 1 = n\mathbf 1 .
+
+    Parameters
+    ----------
+    scores : array_like, shape (R, C), bool, int or float16/32/64
+        Finite scores; ``R`` and ``C`` multiples of ``m``. For magnitude pruning
+        pass ``|w|`` or use :func:`transposable_weight_mask`.
+    n : int
+        Entries kept per row and per column of every tile, ``0 <= n <= m``.
+    m : int
+        Tile size.
+    method : {"exact", "brute", "greedy", "greedy-prune"}, default "exact"
+        ``"exact"``: the optimum, canonical among ties (min-cost flow, or
+        pattern enumeration where ``K(m, n) <= 90``; same mask either way).
+        ``"brute"``: scan every pattern of :func:`transposable_patterns`
+        (``m <= 6``); the same mask as ``"exact"`` (the literal oracle: tiles
+        too wide for int64, e.g. most float64 tiles, are scanned with Python
+        ints, slowly). ``"greedy"``: the keep-form
+        greedy (Hubara et al.'s code, apex ``mn_2d_greedy``): scan by
+        descending score, keep while the row and column keep fewer than ``n``;
+        may keep fewer than ``n`` (valid only in the relaxed ``<= n`` sense);
+        kept sum >= 1/2 optimum for non-negative scores. ``"greedy-prune"``:
+        the paper's edge-cover greedy: scan by ascending score, prune while the
+        row or the column has pruned fewer than ``m - n``; prunes at least
+        ``m - n``; pruned sum <= 2x the optimal pruned sum for non-negative
+        scores. Greedy ties: lower flat index kept first.
+    parallel : bool, default False
+        Split the tiles over Numba's threads (``numba.set_num_threads``). Same
+        mask.
+
+    Returns
+    -------
+    mask : ndarray of bool, shape (R, C)
+        ``True`` = kept.
+
+    Raises
+    ------
+    TypeError
+        If ``n``/``m`` are not integers or ``scores`` has another dtype.
+    ValueError
+        If ``n > m``, ``m < 1``, ``n < 0``; if ``scores`` is not 2-D, its shape
+        is not a multiple of ``m``, or it holds NaN or an infinity; if
+        ``method`` is unknown, or ``"brute"`` with ``m > 6``.
+
+    Notes
+    -----
+    Exact: per tile, integer scaling (O(m^2)), a start that satisfies
+    complementary slackness, successive shortest paths for the remaining
+    units (O(n m^3) worst case), then the canonical tie pass (O(m^2) per tied
+    entry). Tiles whose dynamic range exceeds int64 (most float64 tiles) are
+    solved on floor units and the result is certified exactly by integer
+    potentials (Bellman-Ford on the slackness constraints); only a near tie
+    below the truncation sends a tile to the Python-int reference (exact,
+    about 1000x slower; a ``RuntimeWarning`` says so when 64 or more tiles go).
+
+    References
+    ----------
+    .. [1] Hubara et al., "Accelerated Sparse Neural Training: A Provable and
+       Efficient Method to Find N:M Transposable Masks", NeurIPS 2021, Sec. 4.1
+       (min-cost flow) and Sec. 4.2 (the 2-approximation).
+
+    Examples
+    --------
+    >>> scores = np.array([[4, 3, 2, 1],
+    ...                    [1, 2, 3, 4],
+    ...                    [4, 3, 2, 1],
+    ...                    [1, 2, 3, 4]])
+    >>> transposable_mask(scores, 2, 4).astype(int)
+    array([[1, 1, 0, 0],
+           [0, 0, 1, 1],
+           [1, 1, 0, 0],
+           [0, 0, 1, 1]])
+    """
+    check_method(method)
+    greedy = method in ("greedy", "greedy-prune")
+    # The exact kernels detect NaN/inf themselves (and then raise the same error).
+    array, pattern = prepare(scores, n, m, check_finite=greedy)
+    if method == "brute" and pattern.m > BRUTE_MAX_M:
+        raise ValueError(f"method='brute' needs m <= {BRUTE_MAX_M}, got m={pattern.m}")
+    if greedy:
+        return greedy_mask(array, pattern, prune_form=method == "greedy-prune")
+    return solve_exact(array, pattern, method=method, parallel=parallel, sums=False).mask
+
+
+def transposable_optimum(scores: ArrayLike, n: int, m: int) -> NDArray[np.float64]:
+    """Optimal kept sum of every tile (exact, then rounded once to float64).
+
+    Returns
+    -------
+    ndarray of float64, shape (R // m, C // m)
+
+    Raises
+    ------
+    ValueError, TypeError
+        As :func:`transposable_mask`.
+
+    Examples
+    --------
+    >>> transposable_optimum(np.arange(16.0).reshape(4, 4), 2, 4)
+    array([[60.]])
+    """
+    array, pattern = prepare(scores, n, m)
+    return solve_exact(array, pattern).kept_sum
+
+
+def optimality_gap(scores: ArrayLike, mask: ArrayLike, n: int, m: int) -> OptimalityGap:
+    """How much kept score ``mask`` loses against the optimum, per tile and in total.
+
+    Parameters
+    ----------
+    scores : array_like, shape (R, C)
+        The scores the mask was meant to maximise.
+    mask : array_like of bool, shape (R, C)
+        Any mask keeping at most ``n`` per tile row and column (for example a
+        greedy mask, or another implementation's output).
+
+    Returns
+    -------
+    OptimalityGap
+        ``per_tile`` (float64, (R//m, C//m)) and ``total``: optimum minus the
+        mask's kept sum, computed exactly and rounded once. Zero everywhere iff
+        the mask is optimal (for a mask that is exactly transposable).
+
+    Raises
+    ------
+    ValueError
+        If the shapes differ, or the mask keeps more than ``n`` in some tile
+        row or column (its kept sum could then exceed the optimum).
+
+    Examples
+    --------
+    >>> scores = np.arange(16.0).reshape(4, 4)
+    >>> optimality_gap(scores, transposable_mask(scores, 2, 4, method="greedy"), 2, 4).total
+    0.0
+    """
+    array, pattern = prepare(scores, n, m)
+    kept = np.asarray(mask)
+    if kept.shape != array.shape:
+        raise ValueError(f"mask.shape={kept.shape} must equal scores.shape={array.shape}")
+    if not is_transposable(kept, pattern.n, pattern.m, exact=False):
+        raise ValueError(
+            f"mask keeps more than n={pattern.n} entries in some row or column of an "
+            f"{pattern.m}x{pattern.m} tile; the gap is only defined for masks with at most n"
+        )
+    kept = np.ascontiguousarray(kept, dtype=bool)
+    optimum = solve_exact(array, pattern)
+    mine_units, mine_exponents, mine_status = masked_units(array, pattern, kept)
+    tile_columns = array.shape[1] // pattern.m
+    gaps: list[Fraction] = []
+    for t in range(len(mine_units)):
+        if mine_status[t] == 0 and t not in optimum.kept_exact:
+            # Same tile loading as the solver: a common exponent, an exact int difference.
+            difference = int(optimum.kept_units[t]) - int(mine_units[t])
+            gaps.append(Fraction(difference) * Fraction(2) ** int(mine_exponents[t]))
+            continue
+        tile_row, tile_column = divmod(t, tile_columns)
+        r0, c0 = tile_row * pattern.m, tile_column * pattern.m
+        units, exponent = exact_integer_tile(array[r0 : r0 + pattern.m, c0 : c0 + pattern.m])
+        mine = sum(
+            units[i][j] for i in range(pattern.m) for j in range(pattern.m) if kept[r0 + i, c0 + j]
+        )
+        if t in optimum.kept_exact:
+            best, best_exponent = optimum.kept_exact[t]
+            best_value = Fraction(best) * Fraction(2) ** best_exponent
+        else:
+            best_value = Fraction(int(optimum.kept_units[t])) * Fraction(2) ** int(
+                optimum.exponents[t]
+            )
+        gaps.append(best_value - Fraction(mine) * Fraction(2) ** exponent)
+    per_tile = np.array([float(g) for g in gaps], dtype=np.float64).reshape(optimum.kept_sum.shape)
+    total = sum(gaps, Fraction(0))
+    return OptimalityGap(per_tile, float(total))
+
+
+def transposable_weight_mask(
+    weight: ArrayLike,
+    n: int,
+    m: int,
+    *,
+    layout: Layout | None = None,
+    method: Method = "exact",
+    parallel: bool = False,
+) -> NDArray[np.bool_]:
+    """Transposable N:M magnitude mask of a Linear or Conv weight.
+
+    The weight is mapped to its ``[rows, reduction]`` matrix
+    (:func:`nmref.layouts.to_reduction_matrix`), scored by ``|w|``, masked with
+    :func:`transposable_mask` and mapped back. With the default layouts a tile
+    spans ``m`` output channels x ``m`` input channels (Linear ``[out, in]``;
+    Conv ``"channels"``: one kernel tap, so ``out`` must be a multiple of ``m``),
+    which makes both the forward GEMM (reduces over ``in``) and the
+    input-gradient GEMM (reduces over ``out``) N:M.
+
+    Raises
+    ------
+    ValueError
+        As :func:`transposable_mask` for the reduction matrix; for ``"channels"``
+        also if ``out`` is not a multiple of ``m`` (a tile would straddle two
+        kernel taps).
+
+    Examples
+    --------
+    >>> w = np.array([[0.1, -0.9, 0.5, 0.3]] * 4) * np.arange(1, 5)[:, None]
+    >>> transposable_weight_mask(w, 2, 4).sum(axis=0)
+    array([2, 2, 2, 2])
+    """
+    pattern = check_pattern(n, m)
+    array = _as_scores(weight, "weight")
+    # Located in the caller's weight, not in the internal reduction matrix.
+    check_all_finite(array, "weight")
+    resolved = layout if layout is not None else ("linear" if array.ndim == 2 else "channels")
+    if resolved == "channels" and array.ndim > 2 and array.shape[0] % pattern.m:
+        raise ValueError(
+            f"weight.shape[0]={array.shape[0]} (out channels) must be a multiple of m={m} for "
+            "layout='channels': a transposable tile spans m output channels at one kernel tap"
+        )
+    matrix = to_reduction_matrix(to_magnitudes(array, "weight"), resolved)
+    mask = transposable_mask(matrix, n, m, method=method, parallel=parallel)
+    return from_reduction_matrix(mask, array.shape, resolved)

@@ -1,0 +1,312 @@
+"""Kernel driver of the transposable masks: prepares the scores, runs the Numba kernels.
+
+The API in :mod:`nmref.transposable` calls this module; only this module talks to
+the kernels (one file per solver: :mod:`~nmref.transposable._flow_kernels`,
+:mod:`~nmref.transposable._enumeration_kernels`,
+:mod:`~nmref.transposable._greedy_kernels`), and it solves the tiles that a
+kernel hands back with the Python-int reference. The kernel modules are imported
+on first use: importing numba costs ~0.3 s.
+"""
+
+from __future__ import annotations
+
+import warnings
+from fractions import Fraction
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from nmref.patterns import Pattern
+from nmref.transposable import flow
+from nmref.transposable._inputs import check_all_finite
+from nmref.transposable._kernel_contract import (
+    NOT_FINITE,
+    SOLVED,
+    SOLVED_TRUNCATED,
+    TOO_WIDE,
+    max_unit_bits,
+)
+from nmref.transposable.patterns import BRUTE_MAX_M, brute_tile, pattern_table
+from nmref.transposable.tiles import exact_integer_tile
+
+# Warn when this many tiles need the (slow) Python-int path.
+_SLOW_TILES_WARNING = 64
+
+
+# At or below this pattern count the "exact" method enumerates patterns (faster
+# than the flow solver and exact by construction).
+ENUMERATION_MAX_PATTERNS = 90
+
+
+def kernel_bits(array: NDArray) -> tuple[NDArray, int] | None:
+    """IEEE bits the kernels decode exactly, or None when only Python ints are exact."""
+    if array.dtype == np.float64:
+        return np.ascontiguousarray(array).view(np.uint64), 52
+    if array.dtype == np.float32:
+        return np.ascontiguousarray(array).view(np.uint32), 23
+    if array.dtype.kind == "f" or array.dtype.kind == "b":  # float16 and bool: exact in float32
+        return np.ascontiguousarray(array, dtype=np.float32).view(np.uint32), 23
+    # Integers: exact in float64 up to 2**53 in magnitude.
+    if array.size and array.dtype.itemsize >= 8:
+        low, high = int(array.min()), int(array.max())
+        if max(abs(low), abs(high)) > 2**53:
+            return None
+    if array.dtype.itemsize <= 2:
+        return np.ascontiguousarray(array, dtype=np.float32).view(np.uint32), 23
+    return np.ascontiguousarray(array, dtype=np.float64).view(np.uint64), 52
+
+
+class ExactResult(NamedTuple):
+    mask: NDArray[np.bool_]
+    kept_sum: NDArray[np.float64]  # per tile, (R/m, C/m)
+    kept_units: NDArray[np.int64]  # per tile (row-major), valid where status is SOLVED
+    exponents: NDArray[np.int64]
+    kept_exact: dict[int, tuple[int, int]]  # tiles solved in Python: (units, exponent)
+    row_potentials: NDArray[np.float64] | None
+    column_potentials: NDArray[np.float64] | None
+
+
+def solve_exact(
+    array: NDArray,
+    pattern: Pattern,
+    *,
+    method: str = "exact",
+    parallel: bool = False,
+    potentials: bool = False,
+    sums: bool = True,
+) -> ExactResult:
+    """Kernel driver for the exact methods; tiles the kernels cannot solve go to Python."""
+    n, m = pattern
+    rows, columns = array.shape
+    tile_rows, tile_columns = rows // m, columns // m
+    tiles = tile_rows * tile_columns
+    # Every entry is written: by a kernel, or by the Python path for the tiles
+    # a kernel hands back.
+    mask = np.empty(array.shape, dtype=bool)
+    status = np.full(tiles, TOO_WIDE, dtype=np.int8)
+    kept_units = np.zeros(tiles, dtype=np.int64)
+    exponents = np.zeros(tiles, dtype=np.int64)
+    row_units = np.zeros((tiles, m), dtype=np.int64)
+    column_units = np.zeros((tiles, m), dtype=np.int64)
+    prepared = kernel_bits(array) if tiles else None
+    # method="flow" (private) forces the flow kernel, so tests can compare it
+    # with the enumeration on small m.
+    use_enumeration = method == "brute" or (
+        method == "exact" and not potentials and enumeration_is_fast(pattern)
+    )
+    if prepared is not None:
+        bits, fraction_bits = prepared
+        max_bits = max_unit_bits(m)
+        if use_enumeration:
+            choices, table = pattern_table(n, m)
+            choice_columns = np.zeros((len(choices), max(n, 1)), dtype=np.int64)
+            for index, choice in enumerate(choices):
+                choice_columns[index, :n] = np.flatnonzero(choice)
+            # Each row choice as 4 mask bytes in one word (used when m == 4).
+            choice_words = (choices[:, :4].astype(np.uint32) << (8 * np.arange(min(m, 4)))).sum(
+                axis=1, dtype=np.uint32
+            )
+            floats = bits.view(np.float32) if fraction_bits == 23 else np.empty((0, 0), np.float32)
+            mask_words = mask.view(np.uint32) if m == 4 else np.empty((0, 0), np.uint32)
+            arguments = (bits, floats, fraction_bits, m, n, max_bits, choice_columns, table,
+                         choice_words)  # fmt: skip
+            outputs = (mask, mask_words, status, kept_units, exponents)
+            from nmref.transposable import _enumeration_kernels
+
+            if parallel:
+                import numba
+
+                _enumeration_kernels.enumerate_tiles_parallel(
+                    *arguments, 4 * numba.get_num_threads(), *outputs
+                )
+            else:
+                _enumeration_kernels.enumerate_tiles(*arguments, *outputs)
+        else:
+            _flow_tiles(
+                bits, fraction_bits, pattern, np.arange(tiles, dtype=np.int64),
+                parallel, mask, status, kept_units, exponents, row_units, column_units,
+            )  # fmt: skip
+        if method == "exact":
+            # Tiles too wide for the enumeration's int64 units: the flow kernel's
+            # certified truncated path solves most of them exactly.
+            wide = np.flatnonzero(status == TOO_WIDE)
+            if use_enumeration and len(wide):
+                _flow_tiles(
+                    bits, fraction_bits, pattern, wide.astype(np.int64), parallel,
+                    mask, status, kept_units, exponents, row_units, column_units,
+                )  # fmt: skip
+    if (status == NOT_FINITE).any():
+        # The kernels see every value, so the caller may skip its own pass over
+        # the scores; this names the first bad index.
+        check_all_finite(array, "scores")
+    kept_sum = np.ldexp(kept_units.astype(np.float64), exponents.astype(np.int32))
+    # Exact kept sums per tile as (units, exponent): Python ints only where needed.
+    kept_exact: dict[int, tuple[int, int]] = {}
+    row_potentials = column_potentials = None
+    truncated = np.flatnonzero(status == SOLVED_TRUNCATED)
+    solved = (status == SOLVED) | (status == SOLVED_TRUNCATED)
+    if sums:
+        # The mask of a certified truncated tile is exact; its kept sum in floor
+        # units is not, so recompute it from the scores with Python ints.
+        for t in truncated:
+            tile_row, tile_column = divmod(int(t), tile_columns)
+            r0, c0 = tile_row * m, tile_column * m
+            units, exponent = exact_integer_tile(array[r0 : r0 + m, c0 : c0 + m])
+            kept_tile = mask[r0 : r0 + m, c0 : c0 + m]
+            total = sum(units[i][j] for i in range(m) for j in range(m) if kept_tile[i, j])
+            kept_exact[int(t)] = (total, exponent)
+            kept_sum[t] = float(Fraction(total) * Fraction(2) ** exponent)
+    else:
+        kept_sum[truncated] = np.nan  # not computed; callers that need sums ask
+    if potentials:
+        row_potentials = _exact_float_array(row_units, exponents, solved)
+        row_potentials = row_potentials.reshape(tile_rows, tile_columns, m)
+        row_potentials = row_potentials.transpose(0, 2, 1).reshape(rows, tile_columns).copy()
+        column_potentials = _exact_float_array(column_units, exponents, solved).reshape(
+            tile_rows, columns
+        )
+    slow = np.flatnonzero(~solved)
+    if len(slow) >= _SLOW_TILES_WARNING:
+        warnings.warn(
+            f"{len(slow)} of {tiles} tiles could not be solved with int64 arithmetic (near ties "
+            "below 2**-50 of a tile's largest score, or integers above 2**53); they are solved "
+            "exactly in Python, about 1000x slower.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    for t in slow:
+        tile_row, tile_column = divmod(int(t), tile_columns)
+        r0, c0 = tile_row * m, tile_column * m
+        # Dynamic range too wide for int64: the same algorithm on Python ints.
+        units, exponent = exact_integer_tile(array[r0 : r0 + m, c0 : c0 + m])
+        if method == "brute":
+            kept, total = brute_tile(units, pattern)
+        else:
+            kept, u, v = flow.solve_tile(units, n)
+            total = sum(units[i][j] for i in range(m) for j in range(m) if kept[i][j])
+            if potentials:
+                assert row_potentials is not None and column_potentials is not None
+                row_potentials[r0 : r0 + m, tile_column] = _exact_floats(u, exponent)
+                column_potentials[tile_row, c0 : c0 + m] = _exact_floats(v, exponent)
+        mask[r0 : r0 + m, c0 : c0 + m] = kept
+        kept_exact[int(t)] = (total, exponent)
+        kept_sum[t] = float(Fraction(total) * Fraction(2) ** exponent)
+    return ExactResult(
+        mask,
+        kept_sum.reshape(tile_rows, tile_columns),
+        kept_units,
+        exponents,
+        kept_exact,
+        row_potentials,
+        column_potentials,
+    )
+
+
+def _flow_tiles(
+    bits,
+    fraction_bits,
+    pattern,
+    tile_list,
+    parallel,
+    mask,
+    status,
+    kept_units,
+    exponents,
+    row_units,
+    column_units,
+) -> None:
+    """Run the flow kernel (serial or parallel) on the listed tiles."""
+    from nmref.transposable import _flow_kernels
+
+    n, m = pattern
+    max_bits = max_unit_bits(m)
+    if parallel:
+        import numba
+
+        _flow_kernels.exact_tiles_parallel(
+            bits, fraction_bits, n, m, max_bits, tile_list, 4 * numba.get_num_threads(),
+            mask, status, kept_units, exponents, row_units, column_units,
+        )  # fmt: skip
+    else:
+        _flow_kernels.exact_tiles(
+            bits, fraction_bits, n, m, max_bits, tile_list,
+            mask, status, kept_units, exponents, row_units, column_units,
+        )  # fmt: skip
+
+
+def masked_units(array: NDArray, pattern: Pattern, mask: NDArray[np.bool_]):
+    """Exact kept units per tile of ``mask`` (status 0) in the solver's tile units."""
+    from nmref.transposable import _enumeration_kernels
+
+    tiles = (array.shape[0] // pattern.m) * (array.shape[1] // pattern.m)
+    units = np.zeros(tiles, dtype=np.int64)
+    exponents = np.zeros(tiles, dtype=np.int64)
+    status = np.full(tiles, TOO_WIDE, dtype=np.int8)
+    prepared = kernel_bits(array) if tiles else None
+    if prepared is not None:
+        bits, fraction_bits = prepared
+        _enumeration_kernels.masked_tiles(
+            bits, fraction_bits, pattern.m, max_unit_bits(pattern.m), mask, status,
+            units, exponents,
+        )  # fmt: skip
+    return units, exponents, status
+
+
+def enumeration_is_fast(pattern: Pattern) -> bool:
+    if pattern.m > BRUTE_MAX_M:
+        return False
+    return len(pattern_table(pattern.n, pattern.m)[1]) <= ENUMERATION_MAX_PATTERNS
+
+
+def _exact_float_array(
+    units: NDArray[np.int64], exponents: NDArray[np.int64], solved: NDArray[np.bool_]
+) -> NDArray[np.float64]:
+    """``units * 2**exponents`` (per tile row) as float64, refusing to round."""
+    values = np.ldexp(units.astype(np.float64), exponents.astype(np.int32)[:, None])
+    back = np.ldexp(values, -exponents.astype(np.int32)[:, None])
+    # A unit count >= 2**53 is still exact when its low bits are zero (4.0 next to 1.1 in
+    # float64 is 2**54 units): test the int64 -> float64 conversion itself, then the scaling.
+    as_float = units.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        exact = (as_float.astype(np.int64) == units) & (back == as_float)
+    if not exact[solved].all():
+        raise ValueError(
+            "a certificate potential is not representable in float64; the tile's "
+            "dynamic range is too wide for a float64 certificate"
+        )
+    return values
+
+
+def _exact_floats(units, exponent: int) -> NDArray[np.float64]:
+    """``units * 2**exponent`` as float64, refusing to round."""
+    values = []
+    for unit in units:
+        value = float(Fraction(int(unit)) * Fraction(2) ** int(exponent))
+        if Fraction(value) != Fraction(int(unit)) * Fraction(2) ** int(exponent):
+            raise ValueError(
+                "a certificate potential is not representable in float64; the tile's "
+                "dynamic range is too wide for a float64 certificate"
+            )
+        values.append(value)
+    return np.array(values, dtype=np.float64)
+
+
+def greedy_mask(array: NDArray, pattern: Pattern, prune_form: bool) -> NDArray[np.bool_]:
+    """Greedy mask of every tile by the Numba kernel; the scores must be finite."""
+    from nmref.transposable import _greedy_kernels
+
+    # Only comparisons matter: the kernel turns the bits of float64, int64 or
+    # uint64 scores into unsigned keys that order like them (three variants).
+    if array.dtype.kind == "u" and array.dtype.itemsize == 8:
+        bits, kind = array, 2
+    elif array.dtype.kind in "iu" and array.size and np.abs(array).max() > 2**53:
+        bits, kind = array.astype(np.int64, copy=False).view(np.uint64), 1
+    else:
+        bits, kind = np.ascontiguousarray(array, dtype=np.float64).view(np.uint64), 0
+    mask = np.zeros(array.shape, dtype=bool)
+    if array.size:
+        _greedy_kernels.greedy_tiles(
+            np.ascontiguousarray(bits), kind, pattern.n, pattern.m, prune_form, mask
+        )
+    return mask

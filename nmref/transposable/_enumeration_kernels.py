@@ -1,0 +1,585 @@
+"""Numba kernels of the brute force: every canonical pattern of a tile, first maximum wins.
+
+The fast twin of :func:`nmref.transposable.patterns.brute_tile`, used for
+``method="brute"`` and, where ``K(m, n) <= 90``, for ``method="exact"``; tested
+to return the same masks as the reference. Tiles are loaded as exact int64
+units (the scheme of :mod:`nmref.transposable._flow_kernels`); the loader
+:func:`_load_tile` lives here, with both of its users (the enumeration and
+:func:`masked_tiles`, the kept sum of a given mask in the same units), so that
+every jitted callee is in this file and ``cache=True`` cannot serve a stale
+kernel. No ``fastmath``; ``parallel`` only in :func:`enumerate_tiles_parallel`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from nmref.transposable._kernel_contract import NOT_FINITE, SOLVED, TOO_WIDE
+
+# ----------------------------------------------------------------------------
+# Loading a tile as exact integers
+# ----------------------------------------------------------------------------
+
+# De Bruijn table for counting trailing zeros of a 64-bit power of two.
+_DE_BRUIJN = np.uint64(0x03F79D71B4CB0A89)
+_DE_BRUIJN_TABLE = np.array(
+    [
+        0,
+        1,
+        48,
+        2,
+        57,
+        49,
+        28,
+        3,
+        61,
+        58,
+        50,
+        42,
+        38,
+        29,
+        17,
+        4,
+        62,
+        55,
+        59,
+        36,
+        53,
+        51,
+        43,
+        22,
+        45,
+        39,
+        33,
+        30,
+        24,
+        18,
+        12,
+        5,
+        63,
+        47,
+        56,
+        27,
+        60,
+        41,
+        37,
+        16,
+        54,
+        35,
+        52,
+        21,
+        44,
+        32,
+        23,
+        11,
+        46,
+        26,
+        40,
+        15,
+        34,
+        20,
+        31,
+        10,
+        25,
+        14,
+        19,
+        9,
+        13,
+        8,
+        7,
+        6,
+    ],
+    dtype=np.int64,
+)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _trailing_zeros(x):  # pragma: no cover - compiled
+    """Number of trailing zero bits of a nonzero uint64."""
+    lowest = x & (~x + np.uint64(1))
+    return _DE_BRUIJN_TABLE[(lowest * _DE_BRUIJN) >> np.uint64(58)]
+
+
+@numba.njit(cache=True, nogil=True)
+def _load_tile(
+    bits, r0, c0, m, fraction_bits, max_bits, significand, scale, units
+):  # pragma: no cover
+    """Decode the IEEE bits of the tile at ``(r0, c0)`` into exact int64 units.
+
+    ``bits`` is a float32 array viewed as uint32 (``fraction_bits=23``) or a
+    float64 array viewed as uint64 (``52``). Every finite float is
+    ``significand * 2**scale`` with an integer significand; the tile's units are
+    those significands shifted to the tile's lowest set bit. Returns
+    ``(status, exponent)`` with ``scores = units * 2**exponent`` exactly.
+    """
+    strip_zeros = fraction_bits > 23
+    exponent_mask = (1 << (8 if fraction_bits == 23 else 11)) - 1
+    bias = exponent_mask // 2 + fraction_bits
+    fraction_mask = (np.uint64(1) << np.uint64(fraction_bits)) - np.uint64(1)
+    lowest = 1 << 30
+    highest = -(1 << 30)
+    for i in range(m):
+        for j in range(m):
+            word = np.uint64(bits[r0 + i, c0 + j])
+            exponent_field = np.int64(word >> np.uint64(fraction_bits)) & exponent_mask
+            if exponent_field == exponent_mask:  # NaN or +-inf
+                return NOT_FINITE, 0
+            fraction = word & fraction_mask
+            if exponent_field == 0:
+                value_scale = 1 - bias  # subnormal (or zero)
+                whole = fraction
+            else:
+                value_scale = exponent_field - bias
+                whole = fraction | (np.uint64(1) << np.uint64(fraction_bits))
+            k = i * m + j
+            if whole == 0:
+                significand[k] = 0
+                scale[k] = 0
+                continue
+            # Upper bound of the top bit (exact for normal numbers).
+            top = value_scale + fraction_bits
+            if strip_zeros:
+                # Only float64 needs this: it lets 53-bit significands with few
+                # set bits (floats that came from float32 or integers) fit.
+                trailing = _trailing_zeros(whole)
+                whole >>= np.uint64(trailing)
+                value_scale += trailing
+            if value_scale < lowest:
+                lowest = value_scale
+            if top > highest:
+                highest = top
+            negative = (word >> np.uint64(8 * (4 if fraction_bits == 23 else 8) - 1)) != 0
+            significand[k] = -np.int64(whole) if negative else np.int64(whole)
+            scale[k] = value_scale
+    if highest < lowest:  # all zero
+        for k in range(m * m):
+            units[k] = 0
+        return SOLVED, 0
+    if highest - lowest + 1 > max_bits:
+        return TOO_WIDE, lowest
+    for k in range(m * m):
+        units[k] = significand[k] << (scale[k] - lowest) if significand[k] != 0 else 0
+    return SOLVED, lowest
+
+
+# ----------------------------------------------------------------------------
+# Brute force over a canonical pattern table (first maximum wins)
+# ----------------------------------------------------------------------------
+
+
+# Tiles per block in the enumeration: the pattern loop runs across the tiles of
+# a block, which the compiler can vectorise.
+ENUMERATION_BLOCK = 64
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _start_with_pattern_zero(row_sums, patterns, m, block, best_sum, best):  # pragma: no cover
+    """Make pattern 0 the running best of each of ``block`` tiles."""
+    for b in range(block):
+        best[b] = 0
+        best_sum[b] = 0
+        for i in range(m):
+            best_sum[b] += row_sums[i, patterns[0, i], b]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _scan_patterns(row_sums, patterns, m, block, first, total, best_sum, best):  # pragma: no cover
+    """Patterns ``first..`` against the running best; strictly greater replaces,
+    so the earliest maximal pattern (canonical order) stays."""
+    for p in range(first, patterns.shape[0]):
+        row = row_sums[0, patterns[p, 0]]
+        for b in range(block):
+            total[b] = row[b]
+        for i in range(1, m):
+            row = row_sums[i, patterns[p, i]]
+            for b in range(block):
+                total[b] += row[b]
+        for b in range(block):
+            better = total[b] > best_sum[b]
+            best_sum[b] = total[b] if better else best_sum[b]
+            best[b] = p if better else best[b]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _unit_row_sums(units, m, n, choice_columns, row_sums, b):  # pragma: no cover
+    """``row_sums[i, c, b]``: the kept sum of row ``i`` of a tile under row choice ``c``."""
+    for i in range(m):
+        for c in range(choice_columns.shape[0]):
+            s = np.int64(0)
+            for k in range(n):
+                s += units[i * m + choice_columns[c, k]]
+            row_sums[i, c, b] = s
+
+
+@numba.njit(cache=True, nogil=True)
+def _enumerate_range(
+    bits,
+    fraction_bits,
+    m,
+    n,
+    max_bits,
+    choice_columns,
+    patterns,
+    first,
+    last,
+    mask,
+    status,
+    kept_units,
+    exponents,
+):  # pragma: no cover
+    """Best pattern of tiles ``first..last-1``; the first maximum in table order wins.
+
+    ``choice_columns`` (C, >= n) int: the kept columns of each of the
+    C = comb(m, n) row patterns; ``patterns`` (K, m) int: for each tile pattern
+    the row-pattern index of every row, in the canonical order (so the first
+    maximum is the canonical optimum). Tiles go in blocks of
+    ``ENUMERATION_BLOCK``: first every row sum of every tile of the block, then
+    each pattern's sum for all tiles of the block at once (strictly greater
+    replaces, so the earliest maximal pattern stays).
+    """
+    tiles_across = bits.shape[1] // m
+    choice_count = choice_columns.shape[0]
+    block = ENUMERATION_BLOCK
+    units = np.empty(m * m, np.int64)
+    significand = np.empty(m * m, np.int64)
+    scale = np.empty(m * m, np.int64)
+    row_sums = np.zeros((m, choice_count, block), np.int64)
+    total = np.empty(block, np.int64)
+    best_sum = np.empty(block, np.int64)
+    best = np.empty(block, np.int64)
+    for start in range(first, last, block):
+        count = min(block, last - start)
+        for b in range(count):
+            t = start + b
+            code, exponent = _load_tile(
+                bits,
+                (t // tiles_across) * m,
+                (t % tiles_across) * m,
+                m,
+                fraction_bits,
+                max_bits,
+                significand,
+                scale,
+                units,
+            )
+            status[t] = code
+            exponents[t] = exponent
+            _unit_row_sums(units, m, n, choice_columns, row_sums, b)
+        _start_with_pattern_zero(row_sums, patterns, m, block, best_sum, best)
+        _scan_patterns(row_sums, patterns, m, block, 1, total, best_sum, best)
+        for b in range(count):
+            t = start + b
+            r0 = (t // tiles_across) * m
+            c0 = (t % tiles_across) * m
+            _write_pattern(mask, r0, c0, m, n, choice_columns, patterns, best[b])
+            kept_units[t] = best_sum[b]
+
+
+@numba.njit(cache=True, nogil=True)
+def float64_exact_binades(m):  # pragma: no cover
+    """Widest float32 tile summed exactly in float64, in binades.
+
+    A tile whose largest and smallest nonzero magnitudes have exponent fields
+    at most this far apart holds multiples of its smallest value's lowest bit
+    below ``2**(binades + 24)`` of them; a sum of up to ``m*m`` such values stays
+    below ``2**53`` of them (``carry_bits = max(1, ceil(log2(m*m)))``), so
+    float64 adds it exactly.
+    """
+    carry_bits = 1
+    while (1 << carry_bits) < m * m:
+        carry_bits += 1
+    return 53 - 24 - carry_bits
+
+
+@numba.njit(cache=True, nogil=True)
+def _enumerate_tile_units(
+    bits, r0, c0, m, n, max_bits, choice_columns, patterns, significand, scale, units, scratch
+):  # pragma: no cover
+    """One tile of the enumeration on exact int64 units: ``(status, exponent, best, sum)``.
+
+    ``scratch`` is a :func:`_one_tile_scratch`: a block of one tile for the
+    same row sums and pattern scan as :func:`_enumerate_range`.
+    """
+    row_sums, total, best_sum, best = scratch
+    code, exponent = _load_tile(bits, r0, c0, m, 23, max_bits, significand, scale, units)
+    if code != SOLVED:
+        return code, exponent, 0, np.int64(0)
+    _unit_row_sums(units, m, n, choice_columns, row_sums, 0)
+    _start_with_pattern_zero(row_sums, patterns, m, 1, best_sum, best)
+    _scan_patterns(row_sums, patterns, m, 1, 1, total, best_sum, best)
+    return code, exponent, best[0], best_sum[0]
+
+
+@numba.njit(cache=True, nogil=True)
+def _one_tile_scratch(m, choice_count):  # pragma: no cover
+    """Buffers of :func:`_enumerate_tile_units`: row sums, total, best sum, best."""
+    return (
+        np.zeros((m, choice_count, 1), np.int64),
+        np.empty(1, np.int64),
+        np.empty(1, np.int64),
+        np.empty(1, np.int64),
+    )
+
+
+@numba.njit(cache=True, nogil=True)
+def _enumerate_float32_range(
+    bits,
+    floats,
+    m,
+    n,
+    max_bits,
+    choice_columns,
+    patterns,
+    choice_words,
+    first,
+    last,
+    mask,
+    mask_words,
+    status,
+    kept_units,
+    exponents,
+):  # pragma: no cover
+    """:func:`_enumerate_range` for float32 scores, summing in float64.
+
+    Same answer as the int64 units (sums are exact, so every comparison is),
+    without decoding bits: a block holds up to ``ENUMERATION_BLOCK`` tiles of
+    one tile row, loaded column-of-the-tile by column-of-the-tile so that every
+    inner loop runs across the tiles of the block and vectorises. A tile that
+    spans more than :func:`float64_exact_binades` binades, or holds a
+    subnormal, NaN or infinity, is redone on int64 units (:func:`_enumerate_tile_units`). For
+    ``m == 4`` the pattern sum is unrolled and a tile row of the mask is
+    written as one uint32 (``choice_words``: the row choices as 4 bytes).
+    """
+    tiles_across = bits.shape[1] // m
+    choice_count = choice_columns.shape[0]
+    pattern_count = patterns.shape[0]
+    block = ENUMERATION_BLOCK
+    exact_binades = float64_exact_binades(m)
+    no_magnitude = np.uint32(0xFFFFFFFF)
+    values = np.zeros((m * m, block), np.float64)
+    magnitudes = np.empty((m * m, block), np.uint32)
+    row_sums = np.empty((m, choice_count, block), np.float64)
+    total = np.empty(block, np.float64)
+    best_sum = np.empty(block, np.float64)
+    best = np.empty(block, np.int64)
+    high = np.empty(block, np.uint32)
+    low = np.empty(block, np.uint32)
+    units = np.empty(m * m, np.int64)
+    significand = np.empty(m * m, np.int64)
+    scale = np.empty(m * m, np.int64)
+    unit_scratch = _one_tile_scratch(m, choice_count)
+    start = first
+    while start < last:
+        tile_row = start // tiles_across
+        count = min(block, last - start, (tile_row + 1) * tiles_across - start)
+        r0 = tile_row * m
+        first_column = (start - tile_row * tiles_across) * m
+        for i in range(m):
+            for j in range(m):
+                k = i * m + j
+                for b in range(count):
+                    values[k, b] = np.float64(floats[r0 + i, first_column + b * m + j])
+                    magnitudes[k, b] = bits[r0 + i, first_column + b * m + j] & np.uint32(
+                        0x7FFFFFFF
+                    )
+                for b in range(count, block):
+                    values[k, b] = 0.0
+        # Largest and smallest nonzero magnitude: their bit patterns order like the values.
+        for b in range(count):
+            high[b] = magnitudes[0, b]
+            low[b] = magnitudes[0, b] if magnitudes[0, b] != 0 else no_magnitude
+        for k in range(1, m * m):
+            for b in range(count):
+                x = magnitudes[k, b]
+                high[b] = max(high[b], x)
+                low[b] = min(low[b], x if x != 0 else no_magnitude)
+        for i in range(m):
+            for c in range(choice_count):
+                target = row_sums[i, c]
+                source = values[i * m + choice_columns[c, 0]]
+                for b in range(block):
+                    target[b] = source[b] if n > 0 else 0.0
+                for k in range(1, n):
+                    source = values[i * m + choice_columns[c, k]]
+                    for b in range(block):
+                        target[b] += source[b]
+        _start_with_pattern_zero(row_sums, patterns, m, block, best_sum, best)
+        # Strictly greater replaces, so the earliest maximal pattern stays.
+        if m == 4:
+            for p in range(1, pattern_count):
+                row0 = row_sums[0, patterns[p, 0]]
+                row1 = row_sums[1, patterns[p, 1]]
+                row2 = row_sums[2, patterns[p, 2]]
+                row3 = row_sums[3, patterns[p, 3]]
+                for b in range(block):
+                    pattern_sum = (row0[b] + row1[b]) + (row2[b] + row3[b])
+                    better = pattern_sum > best_sum[b]
+                    best_sum[b] = pattern_sum if better else best_sum[b]
+                    best[b] = p if better else best[b]
+        else:
+            _scan_patterns(row_sums, patterns, m, block, 1, total, best_sum, best)
+        for b in range(count):
+            t = start + b
+            c0 = first_column + b * m
+            high_field = np.int64(high[b] >> np.uint32(23))
+            low_field = np.int64(low[b] >> np.uint32(23))
+            p = best[b]
+            if high[b] == 0:  # all zero: the first pattern, sum 0
+                status[t] = SOLVED
+                exponents[t] = 0
+                kept_units[t] = 0
+            elif high_field == 255 or low_field == 0 or high_field - low_field > exact_binades:
+                code, exponent, p, units_sum = _enumerate_tile_units(
+                    bits, r0, c0, m, n, max_bits, choice_columns, patterns,
+                    significand, scale, units, unit_scratch,
+                )  # fmt: skip
+                status[t] = code
+                exponents[t] = exponent
+                kept_units[t] = units_sum
+                if code != SOLVED:
+                    continue
+            else:
+                # The exponent _load_tile would give: the smallest magnitude's lowest bit.
+                exponent = low_field - 150
+                status[t] = SOLVED
+                exponents[t] = exponent
+                kept_units[t] = np.int64(math.ldexp(best_sum[b], -exponent))
+            if m == 4:
+                for i in range(4):
+                    mask_words[r0 + i, c0 // 4] = choice_words[patterns[p, i]]
+            else:
+                _write_pattern(mask, r0, c0, m, n, choice_columns, patterns, p)
+        start += count
+
+
+@numba.njit(cache=True, nogil=True)
+def _write_pattern(mask, r0, c0, m, n, choice_columns, patterns, p):  # pragma: no cover
+    """Write tile pattern ``p`` of the table into the mask at ``(r0, c0)``."""
+    for i in range(m):
+        for j in range(m):
+            mask[r0 + i, c0 + j] = False
+        for k in range(n):
+            mask[r0 + i, c0 + choice_columns[patterns[p, i], k]] = True
+
+
+@numba.njit(cache=True, nogil=True)
+def _enumerate_any_range(
+    bits,
+    floats,
+    fraction_bits,
+    m,
+    n,
+    max_bits,
+    choice_columns,
+    patterns,
+    choice_words,
+    first,
+    last,
+    mask,
+    mask_words,
+    status,
+    kept_units,
+    exponents,
+):  # pragma: no cover
+    """The float64-sum enumeration for float32 scores, the int64 one otherwise."""
+    if fraction_bits == 23:
+        _enumerate_float32_range(
+            bits, floats, m, n, max_bits, choice_columns, patterns, choice_words,
+            first, last, mask, mask_words, status, kept_units, exponents,
+        )  # fmt: skip
+    else:
+        _enumerate_range(
+            bits, fraction_bits, m, n, max_bits, choice_columns, patterns,
+            first, last, mask, status, kept_units, exponents,
+        )  # fmt: skip
+
+
+@numba.njit(cache=True, nogil=True)
+def enumerate_tiles(
+    bits,
+    floats,
+    fraction_bits,
+    m,
+    n,
+    max_bits,
+    choice_columns,
+    patterns,
+    choice_words,
+    mask,
+    mask_words,
+    status,
+    kept_units,
+    exponents,
+):  # pragma: no cover
+    """Canonical optimum of every tile by enumeration (one thread).
+
+    ``floats`` is ``bits`` viewed as float32 (any float32 array when ``bits``
+    are float64's); ``mask_words`` is ``mask`` viewed as uint32 when ``m == 4``.
+    """
+    tiles = (bits.shape[0] // m) * (bits.shape[1] // m)
+    _enumerate_any_range(
+        bits, floats, fraction_bits, m, n, max_bits, choice_columns, patterns, choice_words,
+        0, tiles, mask, mask_words, status, kept_units, exponents,
+    )  # fmt: skip
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def enumerate_tiles_parallel(
+    bits,
+    floats,
+    fraction_bits,
+    m,
+    n,
+    max_bits,
+    choice_columns,
+    patterns,
+    choice_words,
+    chunks,
+    mask,
+    mask_words,
+    status,
+    kept_units,
+    exponents,
+):  # pragma: no cover
+    """:func:`enumerate_tiles` split into ``chunks`` independent ranges run in parallel."""
+    tiles = (bits.shape[0] // m) * (bits.shape[1] // m)
+    for c in numba.prange(chunks):
+        _enumerate_any_range(
+            bits, floats, fraction_bits, m, n, max_bits, choice_columns, patterns,
+            choice_words, tiles * c // chunks, tiles * (c + 1) // chunks, mask, mask_words,
+            status, kept_units, exponents,
+        )  # fmt: skip
+
+
+@numba.njit(cache=True, nogil=True)
+def masked_tiles(
+    bits, fraction_bits, m, max_bits, mask, status, kept_units, exponents
+):  # pragma: no cover
+    """Exact kept sum of ``mask`` in every tile, as ``kept_units * 2**exponents``.
+
+    Uses the same tile units as the solvers, so a gap is a difference of
+    integers with a common exponent.
+    """
+    tiles_across = bits.shape[1] // m
+    tiles = (bits.shape[0] // m) * tiles_across
+    units = np.empty(m * m, np.int64)
+    significand = np.empty(m * m, np.int64)
+    scale = np.empty(m * m, np.int64)
+    for t in range(tiles):
+        r0 = (t // tiles_across) * m
+        c0 = (t % tiles_across) * m
+        code, exponent = _load_tile(
+            bits, r0, c0, m, fraction_bits, max_bits, significand, scale, units
+        )
+        status[t] = code
+        exponents[t] = exponent
+        total = np.int64(0)
+        if code == SOLVED:
+            for i in range(m):
+                for j in range(m):
+                    if mask[r0 + i, c0 + j]:
+                        total += units[i * m + j]
+        kept_units[t] = total

@@ -1,0 +1,127 @@
+"""Dual certificates: potentials that prove a transposable mask optimal, and their check."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from nmref.transposable._driver import solve_exact
+from nmref.transposable._inputs import prepare
+from nmref.transposable.patterns import is_transposable
+
+__all__ = ["Certificate", "transposable_certificate", "verify_certificate"]
+
+
+class Certificate(NamedTuple):
+    """An optimal mask with dual potentials proving its optimality.
+
+    Attributes
+    ----------
+    mask : ndarray of bool, shape (R, C)
+    row_potentials : ndarray of float64, shape (R, C // m)
+        ``u`` of row ``r`` inside the tile column ``c // m``.
+    column_potentials : ndarray of float64, shape (R // m, C)
+        ``v`` of column ``c`` inside the tile row ``r // m``.
+    """
+
+    mask: NDArray[np.bool_]
+    row_potentials: NDArray[np.float64]
+    column_potentials: NDArray[np.float64]
+
+
+def transposable_certificate(scores: ArrayLike, n: int, m: int) -> Certificate:
+    """The canonical optimal mask and dual potentials that prove it optimal.
+
+    For tile entry ``(i, j)`` with row potential ``u[i]`` and column potential
+    ``v[j]``: every kept entry has ``s[i, j] >= u[i] + v[j]`` and every dropped
+    entry ``s[i, j] <= u[i] + v[j]``; with the row and column counts that
+    proves optimality (LP duality; see :func:`verify_certificate`).
+
+    Raises
+    ------
+    ValueError
+        As :func:`transposable_mask`, or when a potential is not exactly
+        representable in float64 (tiles spanning more than ~2^45 in magnitude).
+
+    Examples
+    --------
+    >>> certificate = transposable_certificate(np.arange(16.0).reshape(4, 4), 2, 4)
+    >>> verify_certificate(np.arange(16.0).reshape(4, 4), *certificate, 2, 4)
+    True
+    """
+    array, pattern = prepare(scores, n, m)
+    result = solve_exact(array, pattern, potentials=True)
+    assert result.row_potentials is not None and result.column_potentials is not None
+    return Certificate(result.mask, result.row_potentials, result.column_potentials)
+
+
+def verify_certificate(
+    scores: ArrayLike,
+    mask: ArrayLike,
+    row_potentials: ArrayLike,
+    column_potentials: ArrayLike,
+    n: int,
+    m: int,
+) -> bool:
+    """Check, exactly, that the potentials prove ``mask`` optimal. O(m^2) per tile.
+
+    True iff ``mask`` is exactly transposable N:M and in every tile each kept
+    entry has ``s >= u + v`` and each dropped entry ``s <= u + v``. Then for any
+    valid mask ``Y``, ``sum_Y s <= n sum(u) + n sum(v) + sum(max(s - u - v, 0))``,
+    which the given mask attains, so no mask keeps more (weak LP duality).
+
+    Comparisons are exact: a float64 test decides all clear cases and the few
+    entries within rounding distance are recomputed with rationals.
+
+    Parameters
+    ----------
+    row_potentials : array_like, shape (R, C // m)
+    column_potentials : array_like, shape (R // m, C)
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not fit ``scores`` or a value is not finite.
+    """
+    array, pattern = prepare(scores, n, m)
+    kept = np.asarray(mask)
+    rows, columns = array.shape
+    u = np.asarray(row_potentials, dtype=np.float64)
+    v = np.asarray(column_potentials, dtype=np.float64)
+    if kept.shape != array.shape:
+        raise ValueError(f"mask.shape={kept.shape} must equal scores.shape={array.shape}")
+    if u.shape != (rows, columns // pattern.m):
+        raise ValueError(f"row_potentials.shape={u.shape} must be {(rows, columns // pattern.m)}")
+    if v.shape != (rows // pattern.m, columns):
+        raise ValueError(
+            f"column_potentials.shape={v.shape} must be {(rows // pattern.m, columns)}"
+        )
+    if not (np.isfinite(u).all() and np.isfinite(v).all()):
+        raise ValueError("potentials must be finite")
+    if not is_transposable(kept, pattern.n, pattern.m, exact=True):
+        return False
+    kept = kept.astype(bool)
+    row_full = np.repeat(u, pattern.m, axis=1)
+    column_full = np.repeat(v, pattern.m, axis=0)
+    exact_scores = array.astype(np.float64) if array.dtype.kind == "f" else array
+    with np.errstate(over="ignore", invalid="ignore"):
+        approx = exact_scores.astype(np.float64) - row_full - column_full
+        scale = np.abs(exact_scores.astype(np.float64)) + np.abs(row_full) + np.abs(column_full)
+    # |rounding error| < 2 ulp(scale) for two float64 operations; outside that band
+    # the sign of approx is the exact sign.
+    unsure = np.abs(approx) <= 4 * np.spacing(scale)
+    if ((kept & ~unsure & (approx < 0)) | (~kept & ~unsure & (approx > 0))).any():
+        return False
+    for r, c in np.argwhere(unsure):
+        s = (
+            Fraction(int(exact_scores[r, c]))
+            if array.dtype.kind in "biu"
+            else Fraction(float(exact_scores[r, c]))
+        )
+        slack = s - Fraction(float(row_full[r, c])) - Fraction(float(column_full[r, c]))
+        if (kept[r, c] and slack < 0) or (not kept[r, c] and slack > 0):
+            return False
+    return True
