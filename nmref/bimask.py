@@ -608,8 +608,10 @@ def score_permutations(
     scores = np.zeros(len(orders), dtype=np.int64)
     if len(orders) and survivors.size:
         stacked = np.ascontiguousarray(np.stack(orders).astype(np.int64))
+        rows = _channel_rows(survivors)
+        counts = np.empty(rows.shape[1], dtype=np.int32)
         _bimask_kernels.score_candidates(
-            _channel_rows(survivors), stacked, pattern.n, pattern.m, criterion_code, scores
+            rows, stacked, pattern.n, pattern.m, criterion_code, scores, counts
         )
     return scores
 

@@ -226,9 +226,15 @@ def _enumerate(
         tables = (choice_columns, table, choice_words)
         outputs = (mask, mask_words, status, kept_units, exponents)
         if parallel:
-            kernels.enumerate_float32_tiles_parallel(bits, floats, m, n, *tables, chunks, *outputs)
+            scratch = kernels.float32_scratch(m, len(choice_columns), chunks)
+            kernels.enumerate_float32_tiles_parallel(
+                bits, floats, m, n, *tables, chunks, *outputs, scratch
+            )
         else:
-            kernels.enumerate_float32_tiles(bits, floats, m, n, *tables, 0, tiles, *outputs)
+            scratch = kernels.float32_scratch(m, len(choice_columns))
+            kernels.enumerate_float32_tiles(
+                bits, floats, m, n, *tables, 0, tiles, *outputs, scratch
+            )
         tile_list = np.flatnonzero(status == NEEDS_UNITS).astype(np.int64)
     else:
         tile_list = np.arange(tiles, dtype=np.int64)
@@ -346,6 +352,7 @@ def greedy_mask(array: NDArray, pattern: Pattern, prune_form: bool) -> NDArray[n
     mask = np.zeros(array.shape, dtype=bool)
     if array.size:
         _greedy_kernels.greedy_tiles(
-            np.ascontiguousarray(bits), kind, pattern.n, pattern.m, prune_form, mask
-        )
+            np.ascontiguousarray(bits), kind, pattern.n, pattern.m, prune_form, mask,
+            _greedy_kernels.greedy_scratch(pattern.m),
+        )  # fmt: skip
     return mask

@@ -337,6 +337,7 @@ def enumerate_float32_tiles(
     status,
     kept_units,
     exponents,
+    scratch,
 ):  # pragma: no cover
     """Tiles ``first..last-1`` of float32 scores (one thread), summing in float64.
 
@@ -351,7 +352,7 @@ def enumerate_float32_tiles(
     such tiles never compile the int64 path). For ``m == 4`` the pattern sum is
     unrolled and a tile row of the mask is written as one uint32
     (``mask_words``: ``mask`` viewed as uint32; ``choice_words``: the row
-    choices as 4 bytes).
+    choices as 4 bytes). ``scratch`` is :func:`float32_scratch` (``chunks=None``).
     """
     tiles_across = bits.shape[1] // m
     choice_count = choice_columns.shape[0]
@@ -359,14 +360,7 @@ def enumerate_float32_tiles(
     block = ENUMERATION_BLOCK
     exact_binades = float64_exact_binades(m)
     no_magnitude = np.uint32(0xFFFFFFFF)
-    values = np.zeros((m * m, block), np.float64)
-    magnitudes = np.empty((m * m, block), np.uint32)
-    row_sums = np.empty((m, choice_count, block), np.float64)
-    total = np.empty(block, np.float64)
-    best_sum = np.empty(block, np.float64)
-    best = np.empty(block, np.int64)
-    high = np.empty(block, np.uint32)
-    low = np.empty(block, np.uint32)
+    values, magnitudes, row_sums, total, best_sum, best, high, low = scratch
     start = first
     while start < last:
         tile_row = start // tiles_across
@@ -459,15 +453,45 @@ def enumerate_float32_tiles_parallel(
     status,
     kept_units,
     exponents,
+    scratch,
 ):  # pragma: no cover
-    """:func:`enumerate_float32_tiles` over every tile, in ``chunks`` ranges run in parallel."""
+    """:func:`enumerate_float32_tiles` over every tile, in ``chunks`` ranges run in parallel.
+
+    ``scratch`` is :func:`float32_scratch` with ``chunks``: one set of buffers per chunk.
+    """
     tiles = (bits.shape[0] // m) * (bits.shape[1] // m)
+    values, magnitudes, row_sums, total, best_sum, best, high, low = scratch
     for c in numba.prange(chunks):
         enumerate_float32_tiles(
             bits, floats, m, n, choice_columns, patterns, choice_words,
             tiles * c // chunks, tiles * (c + 1) // chunks, mask, mask_words,
             status, kept_units, exponents,
+            (values[c], magnitudes[c], row_sums[c], total[c], best_sum[c], best[c], high[c],
+             low[c]),
         )  # fmt: skip
+
+
+def float32_scratch(m: int, choice_count: int, chunks: int | None = None) -> tuple:
+    """Buffers of :func:`enumerate_float32_tiles`, with a leading axis of ``chunks`` if given.
+
+    Allocated here rather than in the kernel: on a cold cache every distinct
+    ``np.empty``/``np.zeros`` signature inside a kernel is one more function to
+    compile (~0.05-0.3 s each), which a first run would pay for (issue 17).
+    Values, magnitudes, row sums, pattern total, best sum, best pattern, and the
+    largest and smallest magnitude of each tile of a block.
+    """
+    lead = () if chunks is None else (chunks,)
+    block = ENUMERATION_BLOCK
+    return (
+        np.zeros((*lead, m * m, block), np.float64),
+        np.empty((*lead, m * m, block), np.uint32),
+        np.empty((*lead, m, choice_count, block), np.float64),
+        np.empty((*lead, block), np.float64),
+        np.empty((*lead, block), np.float64),
+        np.empty((*lead, block), np.int64),
+        np.empty((*lead, block), np.uint32),
+        np.empty((*lead, block), np.uint32),
+    )
 
 
 @numba.njit(cache=True, nogil=True)
