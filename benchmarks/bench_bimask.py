@@ -8,7 +8,7 @@ Run from the repository root::
 
 **Speed.** ``nmref.bimask.search_permutation`` (Numba block counting) against a
 straightforward torch-on-CPU port of the authors' per-candidate procedure
-(``nmref/_bimask_torch_port.py``: permute, sort every backward group, sum the
+(``benchmarks/bimask_torch_port.py``: permute, sort every backward group, sum the
 mask), on the same candidates, measured in the same run. Both must choose the
 same permutation with the same scores (checked, printed). The torch peer dominates
 the run time and slows down most under contention: on the shared 2-core machine
@@ -91,9 +91,8 @@ def warm_up() -> None:
 
 
 def speed(workloads: dict[str, list[np.ndarray]], args: argparse.Namespace) -> None:
+    import bimask_torch_port as port  # beside this script, like _timing
     import torch
-
-    from nmref import _bimask_torch_port as port
 
     print(f"\n## Speed: search with {args.candidates} candidates, 2:4, criterion 'kept'")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; numpy {np.__version__}")

@@ -42,6 +42,13 @@ from typing import Literal, NoReturn
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from nmref._validation import (
+    check_choice,
+    check_count,
+    check_float_dtype,
+    check_integer,
+    check_real,
+)
 from nmref.masks import is_nm, nm_mask
 from nmref.patterns import check_pattern
 
@@ -176,9 +183,7 @@ class BameConfig:
     def __post_init__(self) -> None:
         check_pattern(self.n, self.m)
         for name in ("t_i", "t_f", "update_interval"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | np.integer):
-                raise TypeError(f"{name}={value!r} must be an integer")
+            check_integer(getattr(self, name), name)
         if self.t_i < 0:
             raise ValueError(f"t_i={self.t_i} must be >= 0")
         if self.t_f < self.t_i:
@@ -205,9 +210,7 @@ class BameConfig:
 def _check_real(
     name: str, value: object, low: float, high: float, *, upper_open: bool = False
 ) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise TypeError(f"{name}={value!r} must be a real number")
-    number = float(value)
+    number = check_real(value, name)
     above = number >= high if upper_open else number > high
     if math.isnan(number) or number < low or above:
         bracket = ")" if upper_open else "]"
@@ -220,8 +223,7 @@ def _check_real(
 
 
 def _check_choice(name: str, value: object) -> None:
-    if value not in _CHOICES[name]:
-        raise ValueError(f"{name}={value!r} must be one of {_CHOICES[name]}")
+    check_choice(value, name, _CHOICES[name])
 
 
 def _check_utility_settings(regrow_init: object, lookahead_step: object, curvature: object) -> None:
@@ -280,8 +282,7 @@ def _check_selection(
         raise ValueError(
             f"scores.shape={scores_shape} must equal candidates.shape={candidates_shape}"
         )
-    if isinstance(budget, bool) or not isinstance(budget, int | np.integer) or budget < 0:
-        raise ValueError(f"budget={budget!r} must be a non-negative integer")
+    check_count(budget, "budget")
 
 
 @dataclass(frozen=True)
@@ -569,9 +570,8 @@ def _validated_inputs(
     weight_array = np.asarray(weight)
     grad_array = np.asarray(grad)
     for name, array in (("weight", weight_array), ("grad", grad_array)):
-        if array.dtype.kind != "f" or array.dtype.itemsize > 8:
-            # float64 is the scoring precision: wider floats would be rounded silently.
-            raise TypeError(f"{name} must be a float16/32/64 array, got dtype={array.dtype}")
+        # float64 is the scoring precision: wider floats would be rounded silently.
+        check_float_dtype(array, name)
     _check_operand_shapes(mask_array.shape, weight=weight_array.shape, grad=grad_array.shape)
     if not is_nm(mask_array, n, m):
         raise ValueError(f"mask must keep exactly n={n} in every block of m={m}")

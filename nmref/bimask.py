@@ -35,13 +35,22 @@ References
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from nmref._validation import (
+    NAN_HAS_NO_MAGNITUDE,
+    as_float_array,
+    check_choice,
+    check_count,
+    check_float_dtype,
+    check_integer,
+    check_no_nan,
+    is_integer,
+)
 from nmref.layouts import Layout, default_layout, from_reduction_matrix, to_reduction_matrix
 from nmref.masks import nm_mask, to_magnitudes
 from nmref.patterns import Pattern, check_pattern
@@ -110,18 +119,12 @@ BIMASK_PAPER_RUN = BiMaskSettings(candidates=100)
 
 def _as_weight(weight: ArrayLike, name: str = "weight") -> NDArray[np.floating]:
     array = np.asarray(weight)
-    if array.dtype.kind != "f" or array.dtype.itemsize > 8:
-        raise TypeError(f"{name} must be a float16/32/64 array, got dtype={array.dtype}")
+    check_float_dtype(array, name)
     if array.ndim < 2:
         raise ValueError(
             f"{name} must have ndim >= 2 ([out, in] or [out, in, *kernel]), got {array.ndim}"
         )
-    if np.isnan(array).any():
-        index = np.unravel_index(int(np.flatnonzero(np.isnan(array))[0]), array.shape)
-        raise ValueError(
-            f"{name} contains NaN (first at index {tuple(int(i) for i in index)}); "
-            "NaN has no magnitude, so no mask can be chosen"
-        )
+    check_no_nan(array, name, NAN_HAS_NO_MAGNITUDE)
     return array
 
 
@@ -422,12 +425,7 @@ def gradient_gap(
     >>> gap.dropped, gap.frobenius, gap.relative
     (2, 5.0, 1.0)
     """
-    array = np.asarray(weight)
-    if array.dtype.kind != "f" or array.dtype.itemsize > 8:
-        raise TypeError(f"weight must be a float16/32/64 array, got dtype={array.dtype}")
-    if np.isnan(array).any():
-        index = np.unravel_index(int(np.flatnonzero(np.isnan(array))[0]), array.shape)
-        raise ValueError(f"weight contains NaN (first at index {tuple(int(i) for i in index)})")
+    array = as_float_array(weight, "weight")
     forward = as_binary_mask(forward_mask, array.shape, "forward_mask")
     backward = as_binary_mask(backward_mask, array.shape, "backward_mask")
     outside = backward & ~forward
@@ -454,14 +452,24 @@ def gradient_gap(
 
 
 def _check_rank(rank: str) -> None:
-    if rank not in _RANKS:
-        raise ValueError(f"rank={rank!r} must be one of {_RANKS}")
+    check_choice(rank, "rank", _RANKS)
 
 
 def _check_criterion(criterion: str) -> int:
-    if criterion not in _CRITERIA:
-        raise ValueError(f"criterion={criterion!r} must be one of {_CRITERIA}")
-    return _CRITERIA.index(criterion)
+    """The criterion's code for the kernels: its index in ``_CRITERIA``."""
+    return check_choice(criterion, "criterion", _CRITERIA)
+
+
+def _criterion_values(counts: NDArray, n: int, criterion: str) -> NDArray[np.int64]:
+    """What each backward block with ``counts`` forward survivors adds to the criterion.
+
+    ``"kept"``: ``min(c, n)``, the weights the backward mask keeps there; ``"eligible"``:
+    1 where ``c <= n`` (the forward mask already satisfies the block), else 0. The Numba
+    kernels in :mod:`nmref._bimask_kernels` inline the same rule.
+    """
+    if criterion == "kept":
+        return np.minimum(counts, n).astype(np.int64, copy=False)
+    return (counts <= n).astype(np.int64)
 
 
 def _block_counts_reference(
@@ -536,9 +544,7 @@ def permutation_score(
     order = _check_permutation(permutation, mask.shape[0])
     _check_backward_groups(mask.shape[0], mask.size, pattern, straddle)
     counts = _block_counts_reference(survivors, order, pattern)
-    if criterion == "kept":
-        return int(np.minimum(counts, pattern.n).sum())
-    return int(np.count_nonzero(counts <= pattern.n))
+    return int(_criterion_values(counts, pattern.n, criterion).sum())
 
 
 def _channel_rows(survivors: NDArray[np.uint8]) -> NDArray[np.uint8]:
@@ -651,7 +657,7 @@ class PermutationSearch:
 def _as_generator(rng: object) -> np.random.Generator:
     if isinstance(rng, np.random.Generator):
         return rng
-    if isinstance(rng, numbers.Integral) and not isinstance(rng, bool):
+    if is_integer(rng):
         return np.random.default_rng(int(rng))
     raise TypeError(
         f"rng={rng!r} must be a numpy.random.Generator (or an int seed); "
@@ -668,8 +674,8 @@ def _evaluated_permutations(
     (then ``rng`` is unused); the identity comes first with ``include_identity``. Host-side
     and shared with ``nmsim.torch.bimask`` so that both paths draw the same candidates.
     """
-    if isinstance(candidates, numbers.Integral) and not isinstance(candidates, bool):
-        count = int(candidates)
+    if is_integer(candidates):
+        count = int(candidates)  # type: ignore[arg-type]
         if count < 0:
             raise ValueError(f"candidates={count} must be >= 0")
         generator = _as_generator(rng)
@@ -788,9 +794,8 @@ def is_search_step(
     >>> [s for s in range(250) if is_search_step(s, 100, first_search="interval")]
     [99, 199]
     """
-    for name, value in (("step", step), ("interval", interval)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"{name}={value!r} must be an integer")
+    check_integer(step, "step")
+    check_integer(interval, "interval")
     if step < 0 or interval < 1:
         raise ValueError(f"need step >= 0 and interval >= 1, got step={step}, interval={interval}")
     if first_search == "start":
@@ -855,9 +860,7 @@ def _swap_local_search_reference(
 
     def score(order: NDArray) -> int:
         counts = _block_counts_reference(survivors, order, pattern)
-        if criterion == "kept":
-            return int(np.minimum(counts, pattern.n).sum())
-        return int(np.count_nonzero(counts <= pattern.n))
+        return int(_criterion_values(counts, pattern.n, criterion).sum())
 
     current = score(permutation)
     for a, b in zip(first, second, strict=True):
@@ -936,12 +939,7 @@ def local_search_permutation(
         )
     if evaluations is None:
         evaluations = 25 * out_channels
-    if (
-        isinstance(evaluations, bool)
-        or not isinstance(evaluations, numbers.Integral)
-        or evaluations < 0
-    ):
-        raise ValueError(f"evaluations={evaluations!r} must be a non-negative integer")
+    check_count(evaluations, "evaluations")
     order = (
         np.arange(out_channels, dtype=np.int64)
         if start is None
@@ -1007,18 +1005,17 @@ def _greedy_blocks_reference(
 ) -> NDArray[np.intp]:
     """Plain-Python oracle of the greedy kernel (same visiting and tie rules)."""
 
-    def value(counts: NDArray) -> NDArray:
-        if criterion == "kept":
-            return np.minimum(counts, pattern.n)
-        return (counts <= pattern.n).astype(np.int64)
-
     unused = [int(r) for r in order]
     permutation = []
     while unused:
         block = [unused.pop(0)]
         counts = rows[block[0]].astype(np.int64)
         for _ in range(pattern.m - 1):
-            gains = [int((value(counts + rows[r]) - value(counts)).sum()) for r in unused[:window]]
+            before = _criterion_values(counts, pattern.n, criterion)
+            gains = [
+                int((_criterion_values(counts + rows[r], pattern.n, criterion) - before).sum())
+                for r in unused[:window]
+            ]
             chosen = unused.pop(int(np.argmax(gains)))  # argmax: first maximiser
             block.append(chosen)
             counts = counts + rows[chosen]
@@ -1076,8 +1073,7 @@ def greedy_permutation(
     """
     pattern = check_pattern(n, m)
     criterion_code = _check_criterion(criterion)
-    if isinstance(window, bool) or not isinstance(window, numbers.Integral) or window < 1:
-        raise ValueError(f"window={window!r} must be an integer >= 1")
+    check_count(window, "window", minimum=1)
     array = _as_weight(weight)
     resolved = _resolve_layout(array.shape, layout, False)
     out_channels = array.shape[0]

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 from typing import Literal
 
+from nmref._validation import check_choice, check_count
 from nmref.patterns import check_pattern
 
 __all__ = ["count_transposable_patterns", "mask_diversity"]
@@ -154,11 +154,8 @@ def mask_diversity(structure: Structure, n: int, m: int, size: int) -> int:
     True
     """
     pattern = check_pattern(n, m)
-    if structure not in STRUCTURES:
-        raise ValueError(f"structure={structure!r} must be one of {STRUCTURES}")
-    if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 0:
-        raise ValueError(f"size={size!r} must be a non-negative integer")
-    size = int(size)  # a NumPy integer would make the powers below overflow silently
+    check_choice(structure, "structure", STRUCTURES)
+    size = check_count(size, "size")  # an int: NumPy integers would overflow in the powers
     unit = pattern.m**2 if structure == "transposable" else pattern.m
     if size % unit:
         raise ValueError(f"size={size} must be a multiple of {unit} for structure={structure!r}")

@@ -34,10 +34,11 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from nmref._validation import LAYOUTS, check_layout
+
 __all__ = ["LAYOUTS", "Layout", "default_layout", "from_reduction_matrix", "to_reduction_matrix"]
 
 Layout = Literal["linear", "channels", "flat"]
-LAYOUTS: tuple[str, ...] = ("linear", "channels", "flat")
 
 
 def default_layout(ndim: int) -> Layout:
@@ -55,16 +56,8 @@ def default_layout(ndim: int) -> Layout:
     return "linear" if ndim == 2 else "channels"
 
 
-def _check_layout(layout: str, ndim: int) -> None:
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout={layout!r} must be one of {LAYOUTS}")
-    if ndim < 2:
-        raise ValueError(f"weight must have ndim >= 2, got ndim={ndim}")
-    if layout == "linear" and ndim != 2:
-        raise ValueError(
-            f"layout='linear' needs a 2-D [out, in] weight, got ndim={ndim}; "
-            "use layout='channels' or 'flat' for convolution weights"
-        )
+# The old private name, still imported by nmsim.torch.layouts until it calls check_layout.
+_check_layout = check_layout
 
 
 def to_reduction_matrix(weight: ArrayLike, layout: Layout | None = None) -> NDArray:
@@ -102,7 +95,7 @@ def to_reduction_matrix(weight: ArrayLike, layout: Layout | None = None) -> NDAr
     array = np.asarray(weight)
     if layout is None:
         layout = default_layout(array.ndim)
-    _check_layout(layout, array.ndim)
+    check_layout(layout, array.ndim)
     if layout == "linear":
         return array
     # Explicit shapes (never -1): a zero-size dimension makes -1 ambiguous.
@@ -142,7 +135,7 @@ def from_reduction_matrix(
     shape = tuple(int(s) for s in shape)
     if layout is None:
         layout = default_layout(len(shape))
-    _check_layout(layout, len(shape))
+    check_layout(layout, len(shape))
     expected = to_reduction_shape(shape, layout)
     if array.shape != expected:
         raise ValueError(
@@ -174,7 +167,7 @@ def to_reduction_shape(shape: tuple[int, ...], layout: Layout | None = None) -> 
     shape = tuple(int(s) for s in shape)
     if layout is None:
         layout = default_layout(len(shape))
-    _check_layout(layout, len(shape))
+    check_layout(layout, len(shape))
     if layout == "linear":
         return (shape[0], shape[1])
     kernel_size = int(np.prod(shape[2:], dtype=np.int64))

@@ -12,6 +12,15 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from nmref._ordering import Descending
+from nmref._validation import (
+    NAN_HAS_NO_RANK,
+    as_scores,
+    check_axis,
+    check_no_nan,
+    check_remainder,
+    raise_nan,
+)
 from nmref.layouts import Layout, from_reduction_matrix, to_reduction_matrix
 from nmref.patterns import Pattern, check_pattern
 
@@ -25,49 +34,21 @@ __all__ = [
 ]
 
 Remainder = Literal["error", "pad"]
-_REMAINDERS = ("error", "pad")
 
 
 # ----------------------------------------------------------------------------
-# Input validation shared by every entry point
+# Input validation (the rules themselves are in nmref._validation)
 # ----------------------------------------------------------------------------
 
 
-def _as_scores(scores: ArrayLike, name: str = "scores") -> NDArray:
-    """Return ``scores`` as an ndarray of a dtype the rules allow (C5), without lossy casts."""
-    array = np.asarray(scores)
-    kind = array.dtype.kind
-    if kind not in "biuf" or (kind == "f" and array.dtype.itemsize > 8):
-        raise TypeError(
-            f"{name} must have a bool, integer or float16/32/64 dtype, got dtype={array.dtype}"
-        )
-    return array
-
-
-def _check_axis(axis: int, ndim: int) -> int:
-    if isinstance(axis, bool) or not isinstance(axis, int | np.integer):
-        raise TypeError(f"axis={axis!r} must be an integer")
-    if not -ndim <= axis < ndim:
-        raise ValueError(f"axis={axis} is out of bounds for an array of ndim={ndim}")
-    return int(axis) % ndim
-
-
-def _check_remainder(length: int, pattern: Pattern, axis: int, remainder: str) -> None:
-    if remainder not in _REMAINDERS:
-        raise ValueError(f"remainder={remainder!r} must be one of {_REMAINDERS}")
-    if remainder == "error" and length % pattern.m != 0:
-        raise ValueError(
-            f"length {length} of the grouped axis (axis={axis}) must be a multiple of "
-            f"m={pattern.m} (or choose the padding policy remainder='pad')"
-        )
+# The old private names, still imported by nmsim.torch.masks until it calls nmref._validation.
+_check_axis = check_axis
+_check_remainder = check_remainder
 
 
 def _raise_nan(shape: tuple[int, ...], flat_index: int, name: str) -> None:
-    index = np.unravel_index(flat_index, shape)
-    raise ValueError(
-        f"{name} contains NaN (first at index {tuple(int(i) for i in index)}); "
-        "NaN has no rank, so no mask can be chosen"
-    )
+    """The old private name: :func:`nmref._validation.raise_nan` with the masks' reason."""
+    raise_nan(shape, flat_index, name, NAN_HAS_NO_RANK)
 
 
 def to_bool_mask(mask: ArrayLike, name: str = "mask") -> NDArray[np.bool_]:
@@ -107,7 +88,7 @@ def to_magnitudes(weights: ArrayLike, name: str = "weights") -> NDArray:
     >>> to_magnitudes(np.array([-128, 3], dtype=np.int8))
     array([128,   3], dtype=uint8)
     """
-    array = _as_scores(weights, name)
+    array = as_scores(weights, name)
     if array.dtype.kind == "i":
         return np.abs(array).view(array.dtype.str.replace("i", "u"))
     if array.dtype.kind == "f":
@@ -134,15 +115,13 @@ def nm_mask_reference(
     array([1, 0, 1, 0])
     """
     pattern = check_pattern(n, m)
-    array = _as_scores(scores)
+    array = as_scores(scores)
     if array.ndim == 0:
         raise ValueError("scores must have at least one dimension")
-    axis = _check_axis(axis, array.ndim)
+    axis = check_axis(axis, array.ndim)
     length = array.shape[axis]
-    _check_remainder(length, pattern, axis, remainder)
-    nan_positions = np.flatnonzero(np.isnan(array)) if array.dtype.kind == "f" else []
-    if len(nan_positions):
-        _raise_nan(array.shape, int(nan_positions[0]), "scores")
+    check_remainder(length, pattern, axis, remainder)
+    check_no_nan(array, "scores", NAN_HAS_NO_RANK)
 
     moved = np.moveaxis(array, axis, -1)
     mask = np.zeros(moved.shape, dtype=bool)
@@ -154,27 +133,10 @@ def nm_mask_reference(
             keep = min(pattern.n, len(group))
             # Sort by descending score; the index breaks ties (lower index first).
             # Python compares the NumPy scalars exactly, so no cast is involved.
-            order = sorted(range(len(group)), key=lambda i, g=group: (_Descending(g[i]), i))
+            order = sorted(range(len(group)), key=lambda i, g=group: (Descending(g[i]), i))
             for i in order[:keep]:
                 mask[(*row_index, start + i)] = True
     return np.moveaxis(mask, -1, axis)
-
-
-class _Descending:
-    """Sort key that orders scores from largest to smallest, comparing exactly."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: object) -> None:
-        self.value = value
-
-    def __lt__(self, other: _Descending) -> bool:
-        return bool(self.value > other.value)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Descending) and bool(self.value == other.value)
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 # ----------------------------------------------------------------------------
@@ -209,9 +171,9 @@ def _nm_mask_fast(
 
     if array.ndim == 0:
         raise ValueError(f"{name} must have at least one dimension")
-    axis = _check_axis(axis, array.ndim)
+    axis = check_axis(axis, array.ndim)
     length = array.shape[axis]
-    _check_remainder(length, pattern, axis, remainder)
+    check_remainder(length, pattern, axis, remainder)
     values, use_magnitude = _kernel_input(array, use_magnitude)
 
     moved = np.ascontiguousarray(np.moveaxis(values, axis, -1))
@@ -236,7 +198,7 @@ def _nm_mask_fast(
         if first_nan >= 0:
             # Error path only: locate the first NaN in the caller's coordinates.
             source = array if original is None else original
-            _raise_nan(source.shape, int(np.flatnonzero(np.isnan(source))[0]), name)
+            check_no_nan(source, name, NAN_HAS_NO_RANK)
         if not whole:
             mask[..., start:stop] = out.reshape(block.shape)
     return np.moveaxis(mask, -1, axis)
@@ -309,7 +271,7 @@ def nm_mask(
     array([[1, 1, 0, 0]])
     """
     pattern = check_pattern(n, m)
-    array = _as_scores(scores)
+    array = as_scores(scores)
     return _nm_mask_fast(array, pattern, axis, remainder, use_magnitude=False, name="scores")
 
 
@@ -357,7 +319,7 @@ def magnitude_mask(
     array([[0, 1, 1, 0]])
     """
     pattern = check_pattern(n, m)
-    array = _as_scores(weights, "weights")
+    array = as_scores(weights, "weights")
     matrix = to_reduction_matrix(array, layout)
     mask = _nm_mask_fast(
         matrix, pattern, -1, remainder, use_magnitude=True, name="weights", original=array
@@ -378,9 +340,9 @@ def _group_counts(
         raise ValueError("mask must have at least one dimension")
     if array.dtype.kind not in "biuf":
         raise TypeError(f"mask must have a bool or numeric dtype, got dtype={array.dtype}")
-    axis = _check_axis(axis, array.ndim)
+    axis = check_axis(axis, array.ndim)
     length = array.shape[axis]
-    _check_remainder(length, pattern, axis, remainder)
+    check_remainder(length, pattern, axis, remainder)
     kept = np.moveaxis(array != 0, axis, -1)
     num_groups = -(-length // pattern.m)
     padded = np.zeros((*kept.shape[:-1], num_groups * pattern.m), dtype=bool)

@@ -6,9 +6,10 @@ consecutive entries (``specs/conventions.md``, rule C1). ``"2:4"`` keeps 2 of 4.
 
 from __future__ import annotations
 
-import numbers
 import re
 from typing import NamedTuple
+
+from nmref._validation import check_integer
 
 __all__ = ["Pattern", "check_pattern", "parse_pattern"]
 
@@ -61,10 +62,7 @@ def check_pattern(n: object, m: object) -> Pattern:
     >>> check_pattern(2, 4)
     Pattern(n=2, m=4)
     """
-    for name, value in (("n", n), ("m", m)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"{name}={value!r} must be an integer")
-    n_int, m_int = int(n), int(m)  # type: ignore[call-overload]
+    n_int, m_int = check_integer(n, "n"), check_integer(m, "m")
     if m_int < 1:
         raise ValueError(f"m={m_int} must be >= 1")
     if n_int < 0:

@@ -27,14 +27,13 @@ References
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from nmref._validation import as_float_array, check_count, check_nonnegative
 from nmref.layouts import Layout
 from nmref.masks import magnitude_mask, to_bool_mask
 
@@ -55,25 +54,6 @@ SRSTE_DEFAULT_DECAY = 2e-4
 # ----------------------------------------------------------------------------
 # Validation
 # ----------------------------------------------------------------------------
-
-
-def _as_float_array(values: ArrayLike, name: str) -> NDArray[np.floating]:
-    array = np.asarray(values)
-    if array.dtype.kind != "f" or array.dtype.itemsize > 8:
-        raise TypeError(f"{name} must be a float16/32/64 array, got dtype={array.dtype}")
-    if np.isnan(array).any():
-        index = np.unravel_index(int(np.flatnonzero(np.isnan(array))[0]), array.shape)
-        raise ValueError(f"{name} contains NaN (first at index {tuple(int(i) for i in index)})")
-    return array
-
-
-def _check_nonnegative(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name}={value!r} must be a real number")
-    number = float(value)
-    if not math.isfinite(number) or number < 0:
-        raise ValueError(f"{name}={value!r} must be finite and >= 0")
-    return number
 
 
 def as_binary_mask(
@@ -147,14 +127,14 @@ def srste_gradient(
     >>> srste_gradient([1.0, 1.0], [4.0, 2.0], [1, 0], decay=0.5)
     array([1., 2.])
     """
-    grad = _as_float_array(grad_wrt_sparse_weight, "grad_wrt_sparse_weight")
-    dense = _as_float_array(weight, "weight")
+    grad = as_float_array(grad_wrt_sparse_weight, "grad_wrt_sparse_weight")
+    dense = as_float_array(weight, "weight")
     if grad.shape != dense.shape:
         raise ValueError(
             f"grad_wrt_sparse_weight has shape {grad.shape} but weight has shape {dense.shape}"
         )
     kept = as_binary_mask(mask, dense.shape)
-    lam = _check_nonnegative(decay, "decay")
+    lam = check_nonnegative(decay, "decay")
     dtype = np.result_type(grad, dense)
     result = grad.astype(dtype, copy=True)
     if lam != 0.0:
@@ -212,14 +192,14 @@ def sgd_step(
     -----
     Complexity O(size).
     """
-    w = _as_float_array(weight, "weight")
-    g = _as_float_array(gradient, "gradient")
+    w = as_float_array(weight, "weight")
+    g = as_float_array(gradient, "gradient")
     if g.shape != w.shape:
         raise ValueError(f"gradient has shape {g.shape} but weight has shape {w.shape}")
-    lr = _check_nonnegative(lr, "lr")
-    momentum = _check_nonnegative(momentum, "momentum")
-    weight_decay = _check_nonnegative(weight_decay, "weight_decay")
-    dampening = _check_nonnegative(dampening, "dampening")
+    lr = check_nonnegative(lr, "lr")
+    momentum = check_nonnegative(momentum, "momentum")
+    weight_decay = check_nonnegative(weight_decay, "weight_decay")
+    dampening = check_nonnegative(dampening, "dampening")
     if nesterov and (momentum == 0.0 or dampening != 0.0):
         raise ValueError("nesterov=True needs momentum > 0 and dampening == 0")
     dtype = np.result_type(w, g)
@@ -232,7 +212,7 @@ def sgd_step(
         if velocity is None:
             new_velocity = step.copy()
         else:
-            v = _as_float_array(velocity, "velocity")
+            v = as_float_array(velocity, "velocity")
             if v.shape != w.shape:
                 raise ValueError(f"velocity has shape {v.shape} but weight has shape {w.shape}")
             new_velocity = (
@@ -314,7 +294,7 @@ def srste_step(
     -----
     Complexity O(size * m) plus the cost of ``grad_fn``.
     """
-    dense = _as_float_array(weight, "weight")
+    dense = as_float_array(weight, "weight")
     mask = magnitude_mask(dense, n, m, layout=layout)
     sparse = np.where(mask, dense, dense.dtype.type(0))
     grad = np.asarray(grad_fn(sparse))
@@ -351,9 +331,8 @@ def srste_train(
     ValueError
         If ``steps < 0``; otherwise as :func:`srste_step`.
     """
-    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 0:
-        raise ValueError(f"steps={steps!r} must be a non-negative integer")
-    current = _as_float_array(weight, "weight")
+    steps = check_count(steps, "steps")
+    current = as_float_array(weight, "weight")
     velocity = None
     masks = []
     for _ in range(int(steps)):

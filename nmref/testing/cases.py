@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
+from nmref._validation import check_choice
+
 __all__ = [
     "DTYPE_NAMES",
     "KINDS",
@@ -108,8 +110,7 @@ class Case:
 
 def numpy_dtype(dtype_name: str) -> np.dtype:
     """The NumPy dtype a case of ``dtype_name`` is stored in (bfloat16 -> float32)."""
-    if dtype_name not in DTYPE_NAMES:
-        raise ValueError(f"dtype_name={dtype_name!r} must be one of {DTYPE_NAMES}")
+    check_choice(dtype_name, "dtype_name", DTYPE_NAMES)
     return np.dtype(np.float32 if dtype_name == "bfloat16" else dtype_name)
 
 
@@ -232,8 +233,7 @@ def generate_cases(
     Deterministic: the same arguments give the same arrays on every platform
     (NumPy ``Generator(PCG64(seed))`` streams are stable).
     """
-    if kind not in KINDS:
-        raise ValueError(f"kind={kind!r} must be one of {KINDS}")
+    check_choice(kind, "kind", KINDS)
     numpy_dtype(dtype_name)  # validates the name
     rng = np.random.default_rng([seed, KINDS.index(kind), DTYPE_NAMES.index(dtype_name)])
     for index in range(count):

@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 import nmref
+from nmref._validation import check_choice
 from nmref.testing.cases import Case
 from nmref.testing.report import Failure, Report
 
@@ -94,8 +95,7 @@ def check_sparse_training(
     -------
     Report
     """
-    if method not in TRAINING_METHODS:
-        raise ValueError(f"method={method!r} must be one of {TRAINING_METHODS}")
+    check_choice(method, "method", TRAINING_METHODS)
     check = f"{method} training step"
     report = Report(check)
     for case, x, dy in cases if cases is not None else training_cases(dtype=dtype):

@@ -31,8 +31,9 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from nmref._validation import as_scores, check_finite_scores, check_transposable_layout
 from nmref.layouts import Layout, from_reduction_matrix, to_reduction_matrix
-from nmref.masks import _as_scores, to_magnitudes
+from nmref.masks import to_magnitudes
 from nmref.patterns import check_pattern
 from nmref.transposable import flow
 from nmref.transposable._driver import (
@@ -41,7 +42,7 @@ from nmref.transposable._driver import (
     masked_units,
     solve_exact,
 )
-from nmref.transposable._inputs import METHODS, Method, check_all_finite, check_method, prepare
+from nmref.transposable._inputs import METHODS, Method, check_method, prepare
 from nmref.transposable.certificates import (
     Certificate,
     transposable_certificate,
@@ -54,7 +55,7 @@ from nmref.transposable.patterns import (
     is_transposable,
     transposable_patterns,
 )
-from nmref.transposable.tiles import exact_integer_tile, iter_tiles
+from nmref.transposable.tiles import dyadic, exact_integer_tile, iter_tiles, kept_total
 
 __all__ = [
     "BRUTE_MAX_M",
@@ -297,22 +298,17 @@ def optimality_gap(scores: ArrayLike, mask: ArrayLike, n: int, m: int) -> Optima
         if mine_status[t] == 0 and t not in optimum.kept_exact:
             # Same tile loading as the solver: a common exponent, an exact int difference.
             difference = int(optimum.kept_units[t]) - int(mine_units[t])
-            gaps.append(Fraction(difference) * Fraction(2) ** int(mine_exponents[t]))
+            gaps.append(dyadic(difference, mine_exponents[t]))
             continue
         tile_row, tile_column = divmod(t, tile_columns)
         r0, c0 = tile_row * pattern.m, tile_column * pattern.m
         units, exponent = exact_integer_tile(array[r0 : r0 + pattern.m, c0 : c0 + pattern.m])
-        mine = sum(
-            units[i][j] for i in range(pattern.m) for j in range(pattern.m) if kept[r0 + i, c0 + j]
-        )
+        mine = kept_total(units, kept[r0 : r0 + pattern.m, c0 : c0 + pattern.m])
         if t in optimum.kept_exact:
-            best, best_exponent = optimum.kept_exact[t]
-            best_value = Fraction(best) * Fraction(2) ** best_exponent
+            best_value = dyadic(*optimum.kept_exact[t])
         else:
-            best_value = Fraction(int(optimum.kept_units[t])) * Fraction(2) ** int(
-                optimum.exponents[t]
-            )
-        gaps.append(best_value - Fraction(mine) * Fraction(2) ** exponent)
+            best_value = dyadic(optimum.kept_units[t], optimum.exponents[t])
+        gaps.append(best_value - dyadic(mine, exponent))
     per_tile = np.array([float(g) for g in gaps], dtype=np.float64).reshape(optimum.kept_sum.shape)
     total = sum(gaps, Fraction(0))
     return OptimalityGap(per_tile, float(total))
@@ -351,15 +347,11 @@ def transposable_weight_mask(
     array([2, 2, 2, 2])
     """
     pattern = check_pattern(n, m)
-    array = _as_scores(weight, "weight")
+    array = as_scores(weight, "weight")
     # Located in the caller's weight, not in the internal reduction matrix.
-    check_all_finite(array, "weight")
+    check_finite_scores(array, "weight")
     resolved = layout if layout is not None else ("linear" if array.ndim == 2 else "channels")
-    if resolved == "channels" and array.ndim > 2 and array.shape[0] % pattern.m:
-        raise ValueError(
-            f"weight.shape[0]={array.shape[0]} (out channels) must be a multiple of m={m} for "
-            "layout='channels': a transposable tile spans m output channels at one kernel tap"
-        )
+    check_transposable_layout(array.shape, pattern.m, resolved)
     matrix = to_reduction_matrix(to_magnitudes(array, "weight"), resolved)
     mask = transposable_mask(matrix, n, m, method=method, parallel=parallel)
     return from_reduction_matrix(mask, array.shape, resolved)

@@ -17,9 +17,9 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from nmref._validation import check_finite_scores
 from nmref.patterns import Pattern
 from nmref.transposable import flow
-from nmref.transposable._inputs import check_all_finite
 from nmref.transposable._kernel_contract import (
     NEEDS_UNITS,
     NOT_FINITE,
@@ -29,7 +29,7 @@ from nmref.transposable._kernel_contract import (
     max_unit_bits,
 )
 from nmref.transposable.patterns import BRUTE_MAX_M, brute_tile, pattern_table
-from nmref.transposable.tiles import exact_integer_tile
+from nmref.transposable.tiles import dyadic, exact_integer_tile, kept_total
 
 # Warn when this many tiles need the (slow) Python-int path.
 _SLOW_TILES_WARNING = 64
@@ -128,7 +128,7 @@ def solve_exact(
     if (status == NOT_FINITE).any():
         # The kernels see every value, so the caller may skip its own pass over
         # the scores; this names the first bad index.
-        check_all_finite(array, "scores")
+        check_finite_scores(array, "scores")
     kept_sum = np.ldexp(kept_units.astype(np.float64), exponents.astype(np.int32))
     # Exact kept sums per tile as (units, exponent): Python ints only where needed.
     kept_exact: dict[int, tuple[int, int]] = {}
@@ -142,10 +142,9 @@ def solve_exact(
             tile_row, tile_column = divmod(int(t), tile_columns)
             r0, c0 = tile_row * m, tile_column * m
             units, exponent = exact_integer_tile(array[r0 : r0 + m, c0 : c0 + m])
-            kept_tile = mask[r0 : r0 + m, c0 : c0 + m]
-            total = sum(units[i][j] for i in range(m) for j in range(m) if kept_tile[i, j])
+            total = kept_total(units, mask[r0 : r0 + m, c0 : c0 + m])
             kept_exact[int(t)] = (total, exponent)
-            kept_sum[t] = float(Fraction(total) * Fraction(2) ** exponent)
+            kept_sum[t] = float(dyadic(total, exponent))
     else:
         kept_sum[truncated] = np.nan  # not computed; callers that need sums ask
     if potentials:
@@ -173,14 +172,14 @@ def solve_exact(
             kept, total = brute_tile(units, pattern)
         else:
             kept, u, v = flow.solve_tile(units, n)
-            total = sum(units[i][j] for i in range(m) for j in range(m) if kept[i][j])
+            total = kept_total(units, kept)
             if potentials:
                 assert row_potentials is not None and column_potentials is not None
                 row_potentials[r0 : r0 + m, tile_column] = _exact_floats(u, exponent)
                 column_potentials[tile_row, c0 : c0 + m] = _exact_floats(v, exponent)
         mask[r0 : r0 + m, c0 : c0 + m] = kept
         kept_exact[int(t)] = (total, exponent)
-        kept_sum[t] = float(Fraction(total) * Fraction(2) ** exponent)
+        kept_sum[t] = float(dyadic(total, exponent))
     return ExactResult(
         mask,
         kept_sum.reshape(tile_rows, tile_columns),
@@ -327,8 +326,9 @@ def _exact_floats(units, exponent: int) -> NDArray[np.float64]:
     """``units * 2**exponent`` as float64, refusing to round."""
     values = []
     for unit in units:
-        value = float(Fraction(int(unit)) * Fraction(2) ** int(exponent))
-        if Fraction(value) != Fraction(int(unit)) * Fraction(2) ** int(exponent):
+        exact = dyadic(unit, exponent)
+        value = float(exact)
+        if Fraction(value) != exact:
             raise ValueError(
                 "a certificate potential is not representable in float64; the tile's "
                 "dynamic range is too wide for a float64 certificate"

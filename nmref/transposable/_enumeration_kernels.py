@@ -8,6 +8,12 @@ units (the scheme of :mod:`nmref.transposable._flow_kernels`); the loader
 :func:`masked_tiles`, the kept sum of a given mask in the same units), so that
 every jitted callee is in this file and ``cache=True`` cannot serve a stale
 kernel. No ``fastmath``; ``parallel`` only in the ``*_parallel`` drivers.
+
+Every buffer is its own argument (Numba has no cheap struct of arrays), so the
+long parameter lists repeat from one level to the next; the float32 variant
+keeps its own block loop because it sums in float64 instead of int64 units. Its
+scratch buffers come from the caller (:func:`float32_scratch`), so that a cold
+first call does not compile one allocation function per buffer type.
 """
 
 from __future__ import annotations

@@ -33,6 +33,11 @@ gets its per-node state as one 2-D array (every array argument is refcounted on
 every call); indices that are not loop variables are unsigned where it
 matters, so Numba emits no negative-index wraparound code (~12% in the direct
 moves). Figures: ``benchmarks/bench_transposable.py``.
+
+For the same reasons the column and row passes (direct moves, settles) are
+written out once per direction rather than shared through a helper over slices,
+and every buffer is its own argument (Numba has no cheap struct of arrays): the
+repeats that ``duplicates`` lists inside this file are deliberate.
 """
 
 from __future__ import annotations

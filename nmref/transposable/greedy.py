@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from numpy.typing import NDArray
 
-from nmref.masks import _Descending
+from nmref._ordering import Descending
 from nmref.patterns import Pattern
 
 __all__ = ["greedy_tile"]
@@ -18,7 +18,7 @@ def greedy_tile(tile: NDArray, pattern: Pattern, prune_form: bool) -> list[list[
     """Greedy of Hubara et al. Sec. 4.2 in keep form or prune form (see the spec)."""
     n, m = pattern
     # Descending score, lower flat index first among equals; exact comparisons.
-    order = sorted(range(m * m), key=lambda k: (_Descending(tile[k // m, k % m]), k))
+    order = sorted(range(m * m), key=lambda k: (Descending(tile[k // m, k % m]), k))
     row_count = [0] * m
     column_count = [0] * m
     if not prune_form:

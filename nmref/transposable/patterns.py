@@ -13,9 +13,9 @@ import itertools
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from nmref._validation import check_tiled_matrix
 from nmref.masks import is_nm
 from nmref.patterns import Pattern, check_pattern
-from nmref.transposable._inputs import check_matrix
 
 __all__ = ["BRUTE_MAX_M", "brute_tile", "is_transposable", "pattern_table", "transposable_patterns"]
 
@@ -136,7 +136,7 @@ def is_transposable(mask: ArrayLike, n: int, m: int, *, exact: bool = True) -> b
     """
     pattern = check_pattern(n, m)
     array = np.asarray(mask)
-    check_matrix(array, pattern, "mask")
+    check_tiled_matrix(array, pattern, "mask")
     return is_nm(array, pattern.n, pattern.m, axis=1, exact=exact) and is_nm(
         array, pattern.n, pattern.m, axis=0, exact=exact
     )

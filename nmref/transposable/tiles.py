@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["Tile", "exact_integer_tile", "iter_tiles"]
+__all__ = ["Tile", "dyadic", "exact_integer_tile", "iter_tiles", "kept_total"]
 
 #: One ``m x m`` tile of exact integer scores, row by row.
 Tile = Sequence[Sequence[int]]
@@ -43,3 +43,17 @@ def iter_tiles(array: NDArray, m: int) -> Iterator[tuple[int, int, NDArray]]:
         for tile_column in range(array.shape[1] // m):
             r0, c0 = tile_row * m, tile_column * m
             yield tile_row, tile_column, array[r0 : r0 + m, c0 : c0 + m]
+
+
+def kept_total(units: Tile, kept: ArrayLike) -> int:
+    """Exact kept sum of one tile: the ``units`` where ``kept`` is true, as a Python int.
+
+    ``kept`` is any ``m x m`` boolean tile (nested lists or an array).
+    """
+    m = len(units)
+    return sum(units[i][j] for i in range(m) for j in range(m) if kept[i][j])  # type: ignore[index]
+
+
+def dyadic(units: int, exponent: int) -> Fraction:
+    """``units * 2**exponent`` as an exact rational (the value a tile's units stand for)."""
+    return Fraction(int(units)) * Fraction(2) ** int(exponent)

@@ -6,7 +6,8 @@ Used only as a **peer** by ``benchmarks/bench_bimask.py`` (speed baseline) and
 (commit e63cd37), written anew: for every candidate it permutes the rows,
 sorts every backward group and sums the mask. Groups are taken from the
 row-major flattened ``[out, K]`` weight (forward) and ``[K, out]`` weight
-(backward), as in the code. Requires torch; not imported by ``nmref``.
+(backward), as in the code. Requires torch, so it lives here and not in ``nmref``
+(which never imports torch); the test loads it by path.
 """
 
 from __future__ import annotations
