@@ -33,14 +33,15 @@ def _block_value(count, n, criterion):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def score_candidates(rows, permutations, n, m, criterion, scores):  # pragma: no cover
+def score_candidates(rows, permutations, n, m, criterion, scores, counts):  # pragma: no cover
     """Score every candidate permutation; ``scores[k]`` gets candidate ``k``'s score.
 
+    ``counts`` is an int32 buffer of ``width`` entries, allocated by the caller: on a
+    cold cache an ``np.empty`` here would be one more function to compile.
     Complexity O(num_candidates * out_channels * width) additions of bytes.
     """
     num_rows, width = rows.shape
     num_blocks = num_rows // m
-    counts = np.empty(width, dtype=np.int32)
     for k in range(permutations.shape[0]):
         total = 0
         for block in range(num_blocks):

@@ -22,18 +22,17 @@ CHUNK = 256
 
 
 @numba.njit(cache=True, nogil=True)
-def nm_mask_groups(groups, n, use_magnitude, out):  # pragma: no cover - compiled
+def nm_mask_groups(groups, n, use_magnitude, out, values, rank):  # pragma: no cover - compiled
     """Keep the ``n`` largest of every row of ``groups`` (ties: lower index wins).
 
     ``groups`` is a C-contiguous ``(num_groups, m)`` array with ``m <= 32``,
-    ``out`` a boolean array of the same shape. Returns the flat index of the
-    first NaN (``out`` is then incomplete), or -1. The rank of entry ``i`` is
-    the number of entries that beat it: larger ones, and equal ones at a lower
-    index. Entry ``i`` is kept iff its rank is below ``n``.
+    ``out`` a boolean array of the same shape; ``values`` and ``rank`` are the
+    buffers of :func:`rank_scratch`. Returns the flat index of the first NaN
+    (``out`` is then incomplete), or -1. The rank of entry ``i`` is the number
+    of entries that beat it: larger ones, and equal ones at a lower index. Entry
+    ``i`` is kept iff its rank is below ``n``.
     """
     num_groups, m = groups.shape
-    values = np.empty((m, CHUNK), dtype=groups.dtype)
-    rank = np.empty(CHUNK, dtype=np.uint8)
     for first in range(0, num_groups, CHUNK):
         count = min(CHUNK, num_groups - first)
         nan_count = 0
@@ -63,6 +62,16 @@ def nm_mask_groups(groups, n, use_magnitude, out):  # pragma: no cover - compile
             for g in range(count):
                 out[first + g, i] = rank[g] < n
     return -1
+
+
+def rank_scratch(m: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Buffers of :func:`nm_mask_groups`: a transposed chunk of groups and their ranks.
+
+    Allocated in Python rather than in the kernel: on a cold cache every distinct
+    ``np.empty`` signature inside a kernel is one more function to compile, which a
+    first run would pay for.
+    """
+    return np.empty((m, CHUNK), dtype=dtype), np.empty(CHUNK, dtype=np.uint8)
 
 
 @numba.njit(cache=True, nogil=True)

@@ -261,7 +261,7 @@ def forward_mask(
 
 
 def _backward_keep(
-    keys: NDArray[np.float64], survivors: NDArray[np.bool_], pattern: Pattern, straddle: bool
+    keys: NDArray[np.floating], survivors: NDArray[np.bool_], pattern: Pattern, straddle: bool
 ) -> NDArray[np.bool_]:
     """N:M along the output axis (axis 1) of permuted ``(taps, out, reduction)`` blocks, in F."""
     # Backward groups run down a column: move the output axis last, then group.
@@ -350,8 +350,9 @@ def backward_mask(
     order = _check_permutation(permutation, out_channels)
     check_backward_groups(out_channels, array.size, pattern, straddle)
 
-    # float64 holds every float16/32/64 magnitude exactly.
-    magnitudes = np.abs(_to_blocks(array, resolved).astype(np.float64))
+    # |w| in the weight's own float dtype is exact and orders as the weights do; keeping
+    # that dtype (not float64) means the 1-D mask kernel compiles once for both masks.
+    magnitudes = np.abs(_to_blocks(array, resolved))
     survivors_permuted = survivors[:, order, :]
     magnitudes_permuted = magnitudes[:, order, :]
     if rank == "survivors":
@@ -615,8 +616,10 @@ def score_permutations(
     scores = np.zeros(len(orders), dtype=np.int64)
     if len(orders) and survivors.size:
         stacked = np.ascontiguousarray(np.stack(orders).astype(np.int64))
+        rows = _channel_rows(survivors)
+        counts = np.empty(rows.shape[1], dtype=np.int32)
         _bimask_kernels.score_candidates(
-            _channel_rows(survivors), stacked, pattern.n, pattern.m, criterion_code, scores
+            rows, stacked, pattern.n, pattern.m, criterion_code, scores, counts
         )
     return scores
 

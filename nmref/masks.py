@@ -179,12 +179,12 @@ def _nm_mask_fast(
         block = moved if whole else np.ascontiguousarray(moved[..., start:stop])
         groups = block.reshape(-1, group_size)
         out = mask.reshape(-1, group_size) if whole else np.empty(groups.shape, dtype=bool)
-        kernel = (
-            _kernels.nm_mask_groups
-            if group_size <= _kernels.RANK_COUNT_MAX_M
-            else _kernels.nm_mask_groups_sorted
-        )
-        if kernel(groups, keep, use_magnitude, out) >= 0:
+        if group_size <= _kernels.RANK_COUNT_MAX_M:
+            scratch = _kernels.rank_scratch(group_size, groups.dtype)
+            first_nan = _kernels.nm_mask_groups(groups, keep, use_magnitude, out, *scratch)
+        else:
+            first_nan = _kernels.nm_mask_groups_sorted(groups, keep, use_magnitude, out)
+        if first_nan >= 0:
             # Error path only: locate the first NaN in the caller's coordinates.
             source = array if original is None else original
             check_no_nan(source, name, NAN_HAS_NO_RANK)

@@ -21,6 +21,7 @@ from nmref._validation import check_finite_scores
 from nmref.patterns import Pattern
 from nmref.transposable import flow
 from nmref.transposable._kernel_contract import (
+    NEEDS_UNITS,
     NOT_FINITE,
     SOLVED,
     SOLVED_TRUNCATED,
@@ -97,7 +98,6 @@ def solve_exact(
     )
     if prepared is not None:
         bits, fraction_bits = prepared
-        max_bits = max_unit_bits(m)
         if use_enumeration:
             choices, table = pattern_table(n, m)
             choice_columns = np.zeros((len(choices), max(n, 1)), dtype=np.int64)
@@ -107,21 +107,10 @@ def solve_exact(
             choice_words = (choices[:, :4].astype(np.uint32) << (8 * np.arange(min(m, 4)))).sum(
                 axis=1, dtype=np.uint32
             )
-            floats = bits.view(np.float32) if fraction_bits == 23 else np.empty((0, 0), np.float32)
-            mask_words = mask.view(np.uint32) if m == 4 else np.empty((0, 0), np.uint32)
-            arguments = (bits, floats, fraction_bits, m, n, max_bits, choice_columns, table,
-                         choice_words)  # fmt: skip
-            outputs = (mask, mask_words, status, kept_units, exponents)
-            from nmref.transposable import _enumeration_kernels
-
-            if parallel:
-                import numba
-
-                _enumeration_kernels.enumerate_tiles_parallel(
-                    *arguments, 4 * numba.get_num_threads(), *outputs
-                )
-            else:
-                _enumeration_kernels.enumerate_tiles(*arguments, *outputs)
+            _enumerate(
+                bits, fraction_bits, pattern, choice_columns, table, choice_words, parallel,
+                mask, status, kept_units, exponents,
+            )  # fmt: skip
         else:
             _flow_tiles(
                 bits, fraction_bits, pattern, np.arange(tiles, dtype=np.int64),
@@ -200,6 +189,62 @@ def solve_exact(
         row_potentials,
         column_potentials,
     )
+
+
+def _enumerate(
+    bits,
+    fraction_bits,
+    pattern,
+    choice_columns,
+    table,
+    choice_words,
+    parallel,
+    mask,
+    status,
+    kept_units,
+    exponents,
+) -> None:
+    """Run the enumeration kernels (serial or parallel) on every tile.
+
+    float32 scores go to the float64-sum kernel first and only the tiles it hands
+    back (``NEEDS_UNITS``) to the int64-units kernel, so each call compiles only the
+    kernels its scores need.
+    """
+    from nmref.transposable import _enumeration_kernels as kernels
+
+    n, m = pattern
+    tiles = len(status)
+    chunks = 1
+    if parallel:
+        import numba
+
+        chunks = 4 * numba.get_num_threads()
+    if fraction_bits == 23:
+        floats = bits.view(np.float32)
+        mask_words = mask.view(np.uint32) if m == 4 else np.empty((0, 0), np.uint32)
+        tables = (choice_columns, table, choice_words)
+        outputs = (mask, mask_words, status, kept_units, exponents)
+        if parallel:
+            scratch = kernels.float32_scratch(m, len(choice_columns), chunks)
+            kernels.enumerate_float32_tiles_parallel(
+                bits, floats, m, n, *tables, chunks, *outputs, scratch
+            )
+        else:
+            scratch = kernels.float32_scratch(m, len(choice_columns))
+            kernels.enumerate_float32_tiles(
+                bits, floats, m, n, *tables, 0, tiles, *outputs, scratch
+            )
+        tile_list = np.flatnonzero(status == NEEDS_UNITS).astype(np.int64)
+    else:
+        tile_list = np.arange(tiles, dtype=np.int64)
+    if not len(tile_list):
+        return
+    arguments = (bits, fraction_bits, m, n, max_unit_bits(m), choice_columns, table, tile_list)
+    outputs = (mask, status, kept_units, exponents)
+    if parallel:
+        kernels.enumerate_tiles_parallel(*arguments, chunks, *outputs)
+    else:
+        kernels.enumerate_tiles(*arguments, 0, len(tile_list), *outputs)
 
 
 def _flow_tiles(
@@ -307,6 +352,7 @@ def greedy_mask(array: NDArray, pattern: Pattern, prune_form: bool) -> NDArray[n
     mask = np.zeros(array.shape, dtype=bool)
     if array.size:
         _greedy_kernels.greedy_tiles(
-            np.ascontiguousarray(bits), kind, pattern.n, pattern.m, prune_form, mask
-        )
+            np.ascontiguousarray(bits), kind, pattern.n, pattern.m, prune_form, mask,
+            _greedy_kernels.greedy_scratch(pattern.m),
+        )  # fmt: skip
     return mask

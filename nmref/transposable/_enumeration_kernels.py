@@ -7,11 +7,13 @@ units (the scheme of :mod:`nmref.transposable._flow_kernels`); the loader
 :func:`_load_tile` lives here, with both of its users (the enumeration and
 :func:`masked_tiles`, the kept sum of a given mask in the same units), so that
 every jitted callee is in this file and ``cache=True`` cannot serve a stale
-kernel. No ``fastmath``; ``parallel`` only in :func:`enumerate_tiles_parallel`.
+kernel. No ``fastmath``; ``parallel`` only in the ``*_parallel`` drivers.
 
 Every buffer is its own argument (Numba has no cheap struct of arrays), so the
 long parameter lists repeat from one level to the next; the float32 variant
-keeps its own block loop because it sums in float64 instead of int64 units.
+keeps its own block loop because it sums in float64 instead of int64 units. Its
+scratch buffers come from the caller (:func:`float32_scratch`), so that a cold
+first call does not compile one allocation function per buffer type.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import math
 import numba
 import numpy as np
 
-from nmref.transposable._kernel_contract import NOT_FINITE, SOLVED, TOO_WIDE
+from nmref.transposable._kernel_contract import NEEDS_UNITS, NOT_FINITE, SOLVED, TOO_WIDE
 
 # ----------------------------------------------------------------------------
 # Loading a tile as exact integers
@@ -219,7 +221,7 @@ def _unit_row_sums(units, m, n, choice_columns, row_sums, b):  # pragma: no cove
 
 
 @numba.njit(cache=True, nogil=True)
-def _enumerate_range(
+def enumerate_tiles(
     bits,
     fraction_bits,
     m,
@@ -227,6 +229,7 @@ def _enumerate_range(
     max_bits,
     choice_columns,
     patterns,
+    tile_list,
     first,
     last,
     mask,
@@ -234,8 +237,9 @@ def _enumerate_range(
     kept_units,
     exponents,
 ):  # pragma: no cover
-    """Best pattern of tiles ``first..last-1``; the first maximum in table order wins.
+    """Best pattern of the tiles ``tile_list[first:last]`` on exact int64 units (one thread).
 
+    Tiles are numbered row-major; the first maximum in table order wins.
     ``choice_columns`` (C, >= n) int: the kept columns of each of the
     C = comb(m, n) row patterns; ``patterns`` (K, m) int: for each tile pattern
     the row-pattern index of every row, in the canonical order (so the first
@@ -257,7 +261,7 @@ def _enumerate_range(
     for start in range(first, last, block):
         count = min(block, last - start)
         for b in range(count):
-            t = start + b
+            t = tile_list[start + b]
             code, exponent = _load_tile(
                 bits,
                 (t // tiles_across) * m,
@@ -275,14 +279,39 @@ def _enumerate_range(
         _start_with_pattern_zero(row_sums, patterns, m, block, best_sum, best)
         _scan_patterns(row_sums, patterns, m, block, 1, total, best_sum, best)
         for b in range(count):
-            t = start + b
+            t = tile_list[start + b]
             r0 = (t // tiles_across) * m
             c0 = (t % tiles_across) * m
             _write_pattern(mask, r0, c0, m, n, choice_columns, patterns, best[b])
             kept_units[t] = best_sum[b]
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, parallel=True)
+def enumerate_tiles_parallel(
+    bits,
+    fraction_bits,
+    m,
+    n,
+    max_bits,
+    choice_columns,
+    patterns,
+    tile_list,
+    chunks,
+    mask,
+    status,
+    kept_units,
+    exponents,
+):  # pragma: no cover
+    """:func:`enumerate_tiles` over all of ``tile_list``, in ``chunks`` ranges run in parallel."""
+    tiles = tile_list.shape[0]
+    for c in numba.prange(chunks):
+        enumerate_tiles(
+            bits, fraction_bits, m, n, max_bits, choice_columns, patterns, tile_list,
+            tiles * c // chunks, tiles * (c + 1) // chunks, mask, status, kept_units, exponents,
+        )  # fmt: skip
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def float64_exact_binades(m):  # pragma: no cover
     """Widest float32 tile summed exactly in float64, in binades.
 
@@ -299,42 +328,11 @@ def float64_exact_binades(m):  # pragma: no cover
 
 
 @numba.njit(cache=True, nogil=True)
-def _enumerate_tile_units(
-    bits, r0, c0, m, n, max_bits, choice_columns, patterns, significand, scale, units, scratch
-):  # pragma: no cover
-    """One tile of the enumeration on exact int64 units: ``(status, exponent, best, sum)``.
-
-    ``scratch`` is a :func:`_one_tile_scratch`: a block of one tile for the
-    same row sums and pattern scan as :func:`_enumerate_range`.
-    """
-    row_sums, total, best_sum, best = scratch
-    code, exponent = _load_tile(bits, r0, c0, m, 23, max_bits, significand, scale, units)
-    if code != SOLVED:
-        return code, exponent, 0, np.int64(0)
-    _unit_row_sums(units, m, n, choice_columns, row_sums, 0)
-    _start_with_pattern_zero(row_sums, patterns, m, 1, best_sum, best)
-    _scan_patterns(row_sums, patterns, m, 1, 1, total, best_sum, best)
-    return code, exponent, best[0], best_sum[0]
-
-
-@numba.njit(cache=True, nogil=True)
-def _one_tile_scratch(m, choice_count):  # pragma: no cover
-    """Buffers of :func:`_enumerate_tile_units`: row sums, total, best sum, best."""
-    return (
-        np.zeros((m, choice_count, 1), np.int64),
-        np.empty(1, np.int64),
-        np.empty(1, np.int64),
-        np.empty(1, np.int64),
-    )
-
-
-@numba.njit(cache=True, nogil=True)
-def _enumerate_float32_range(
+def enumerate_float32_tiles(
     bits,
     floats,
     m,
     n,
-    max_bits,
     choice_columns,
     patterns,
     choice_words,
@@ -345,17 +343,22 @@ def _enumerate_float32_range(
     status,
     kept_units,
     exponents,
+    scratch,
 ):  # pragma: no cover
-    """:func:`_enumerate_range` for float32 scores, summing in float64.
+    """Tiles ``first..last-1`` of float32 scores (one thread), summing in float64.
 
-    Same answer as the int64 units (sums are exact, so every comparison is),
-    without decoding bits: a block holds up to ``ENUMERATION_BLOCK`` tiles of
-    one tile row, loaded column-of-the-tile by column-of-the-tile so that every
-    inner loop runs across the tiles of the block and vectorises. A tile that
-    spans more than :func:`float64_exact_binades` binades, or holds a
-    subnormal, NaN or infinity, is redone on int64 units (:func:`_enumerate_tile_units`). For
-    ``m == 4`` the pattern sum is unrolled and a tile row of the mask is
-    written as one uint32 (``choice_words``: the row choices as 4 bytes).
+    Same answer as :func:`enumerate_tiles` on int64 units (sums are exact, so
+    every comparison is), without decoding bits: a block holds up to
+    ``ENUMERATION_BLOCK`` tiles of one tile row, loaded column-of-the-tile by
+    column-of-the-tile so that every inner loop runs across the tiles of the
+    block and vectorises. ``floats`` is ``bits`` viewed as float32. A tile that
+    spans more than :func:`float64_exact_binades` binades, or holds a subnormal,
+    NaN or infinity, gets status ``NEEDS_UNITS`` and is left for the caller to
+    redo with :func:`enumerate_tiles` (a separate kernel, so that scores without
+    such tiles never compile the int64 path). For ``m == 4`` the pattern sum is
+    unrolled and a tile row of the mask is written as one uint32
+    (``mask_words``: ``mask`` viewed as uint32; ``choice_words``: the row
+    choices as 4 bytes). ``scratch`` is :func:`float32_scratch` (``chunks=None``).
     """
     tiles_across = bits.shape[1] // m
     choice_count = choice_columns.shape[0]
@@ -363,18 +366,7 @@ def _enumerate_float32_range(
     block = ENUMERATION_BLOCK
     exact_binades = float64_exact_binades(m)
     no_magnitude = np.uint32(0xFFFFFFFF)
-    values = np.zeros((m * m, block), np.float64)
-    magnitudes = np.empty((m * m, block), np.uint32)
-    row_sums = np.empty((m, choice_count, block), np.float64)
-    total = np.empty(block, np.float64)
-    best_sum = np.empty(block, np.float64)
-    best = np.empty(block, np.int64)
-    high = np.empty(block, np.uint32)
-    low = np.empty(block, np.uint32)
-    units = np.empty(m * m, np.int64)
-    significand = np.empty(m * m, np.int64)
-    scale = np.empty(m * m, np.int64)
-    unit_scratch = _one_tile_scratch(m, choice_count)
+    values, magnitudes, row_sums, total, best_sum, best, high, low = scratch
     start = first
     while start < last:
         tile_row = start // tiles_across
@@ -436,15 +428,8 @@ def _enumerate_float32_range(
                 exponents[t] = 0
                 kept_units[t] = 0
             elif high_field == 255 or low_field == 0 or high_field - low_field > exact_binades:
-                code, exponent, p, units_sum = _enumerate_tile_units(
-                    bits, r0, c0, m, n, max_bits, choice_columns, patterns,
-                    significand, scale, units, unit_scratch,
-                )  # fmt: skip
-                status[t] = code
-                exponents[t] = exponent
-                kept_units[t] = units_sum
-                if code != SOLVED:
-                    continue
+                status[t] = NEEDS_UNITS
+                continue
             else:
                 # The exponent _load_tile would give: the smallest magnitude's lowest bit.
                 exponent = low_field - 150
@@ -459,85 +444,12 @@ def _enumerate_float32_range(
         start += count
 
 
-@numba.njit(cache=True, nogil=True)
-def _write_pattern(mask, r0, c0, m, n, choice_columns, patterns, p):  # pragma: no cover
-    """Write tile pattern ``p`` of the table into the mask at ``(r0, c0)``."""
-    for i in range(m):
-        for j in range(m):
-            mask[r0 + i, c0 + j] = False
-        for k in range(n):
-            mask[r0 + i, c0 + choice_columns[patterns[p, i], k]] = True
-
-
-@numba.njit(cache=True, nogil=True)
-def _enumerate_any_range(
-    bits,
-    floats,
-    fraction_bits,
-    m,
-    n,
-    max_bits,
-    choice_columns,
-    patterns,
-    choice_words,
-    first,
-    last,
-    mask,
-    mask_words,
-    status,
-    kept_units,
-    exponents,
-):  # pragma: no cover
-    """The float64-sum enumeration for float32 scores, the int64 one otherwise."""
-    if fraction_bits == 23:
-        _enumerate_float32_range(
-            bits, floats, m, n, max_bits, choice_columns, patterns, choice_words,
-            first, last, mask, mask_words, status, kept_units, exponents,
-        )  # fmt: skip
-    else:
-        _enumerate_range(
-            bits, fraction_bits, m, n, max_bits, choice_columns, patterns,
-            first, last, mask, status, kept_units, exponents,
-        )  # fmt: skip
-
-
-@numba.njit(cache=True, nogil=True)
-def enumerate_tiles(
-    bits,
-    floats,
-    fraction_bits,
-    m,
-    n,
-    max_bits,
-    choice_columns,
-    patterns,
-    choice_words,
-    mask,
-    mask_words,
-    status,
-    kept_units,
-    exponents,
-):  # pragma: no cover
-    """Canonical optimum of every tile by enumeration (one thread).
-
-    ``floats`` is ``bits`` viewed as float32 (any float32 array when ``bits``
-    are float64's); ``mask_words`` is ``mask`` viewed as uint32 when ``m == 4``.
-    """
-    tiles = (bits.shape[0] // m) * (bits.shape[1] // m)
-    _enumerate_any_range(
-        bits, floats, fraction_bits, m, n, max_bits, choice_columns, patterns, choice_words,
-        0, tiles, mask, mask_words, status, kept_units, exponents,
-    )  # fmt: skip
-
-
 @numba.njit(cache=True, nogil=True, parallel=True)
-def enumerate_tiles_parallel(
+def enumerate_float32_tiles_parallel(
     bits,
     floats,
-    fraction_bits,
     m,
     n,
-    max_bits,
     choice_columns,
     patterns,
     choice_words,
@@ -547,15 +459,55 @@ def enumerate_tiles_parallel(
     status,
     kept_units,
     exponents,
+    scratch,
 ):  # pragma: no cover
-    """:func:`enumerate_tiles` split into ``chunks`` independent ranges run in parallel."""
+    """:func:`enumerate_float32_tiles` over every tile, in ``chunks`` ranges run in parallel.
+
+    ``scratch`` is :func:`float32_scratch` with ``chunks``: one set of buffers per chunk.
+    """
     tiles = (bits.shape[0] // m) * (bits.shape[1] // m)
+    values, magnitudes, row_sums, total, best_sum, best, high, low = scratch
     for c in numba.prange(chunks):
-        _enumerate_any_range(
-            bits, floats, fraction_bits, m, n, max_bits, choice_columns, patterns,
-            choice_words, tiles * c // chunks, tiles * (c + 1) // chunks, mask, mask_words,
+        enumerate_float32_tiles(
+            bits, floats, m, n, choice_columns, patterns, choice_words,
+            tiles * c // chunks, tiles * (c + 1) // chunks, mask, mask_words,
             status, kept_units, exponents,
+            (values[c], magnitudes[c], row_sums[c], total[c], best_sum[c], best[c], high[c],
+             low[c]),
         )  # fmt: skip
+
+
+def float32_scratch(m: int, choice_count: int, chunks: int | None = None) -> tuple:
+    """Buffers of :func:`enumerate_float32_tiles`, with a leading axis of ``chunks`` if given.
+
+    Allocated here rather than in the kernel: on a cold cache every distinct
+    ``np.empty``/``np.zeros`` signature inside a kernel is one more function to
+    compile (~0.05-0.3 s each), which a first run would pay for (issue 17).
+    Values, magnitudes, row sums, pattern total, best sum, best pattern, and the
+    largest and smallest magnitude of each tile of a block.
+    """
+    lead = () if chunks is None else (chunks,)
+    block = ENUMERATION_BLOCK
+    return (
+        np.zeros((*lead, m * m, block), np.float64),
+        np.empty((*lead, m * m, block), np.uint32),
+        np.empty((*lead, m, choice_count, block), np.float64),
+        np.empty((*lead, block), np.float64),
+        np.empty((*lead, block), np.float64),
+        np.empty((*lead, block), np.int64),
+        np.empty((*lead, block), np.uint32),
+        np.empty((*lead, block), np.uint32),
+    )
+
+
+@numba.njit(cache=True, nogil=True)
+def _write_pattern(mask, r0, c0, m, n, choice_columns, patterns, p):  # pragma: no cover
+    """Write tile pattern ``p`` of the table into the mask at ``(r0, c0)``."""
+    for i in range(m):
+        for j in range(m):
+            mask[r0 + i, c0 + j] = False
+        for k in range(n):
+            mask[r0 + i, c0 + choice_columns[patterns[p, i], k]] = True
 
 
 @numba.njit(cache=True, nogil=True)

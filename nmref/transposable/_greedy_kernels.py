@@ -31,7 +31,7 @@ def _rank(key, m, i):  # pragma: no cover
 
 
 @numba.njit(cache=True, nogil=True)
-def greedy_tiles(bits, kind, n, m, prune_form, mask):  # pragma: no cover
+def greedy_tiles(bits, kind, n, m, prune_form, mask, scratch):  # pragma: no cover
     """Greedy mask of every tile; the scores must be finite (checked by the caller).
 
     ``bits`` (uint64) are the scores' bits: of float64 (``kind`` 0), int64
@@ -47,19 +47,13 @@ def greedy_tiles(bits, kind, n, m, prune_form, mask):  # pragma: no cover
     larger ones by a stable least-significant-digit radix sort of the
     complemented keys (8 passes of one byte, O(m^2) each, no allocation):
     ascending complements are descending scores, and stability keeps the
-    lower index first among equals.
+    lower index first among equals. ``scratch`` is :func:`greedy_scratch`.
     """
     tiles_across = bits.shape[1] // m
     tiles = (bits.shape[0] // m) * tiles_across
     sign = np.uint64(1) << np.uint64(63)
     size = m * m
-    tile_keys = np.empty(size, np.uint64)
-    sorted_keys = np.empty(size, np.uint64)
-    order = np.empty(size, np.int64)
-    sorted_order = np.empty(size, np.int64)
-    start = np.empty(256, np.int64)
-    row_count = np.empty(m, np.int64)
-    column_count = np.empty(m, np.int64)
+    tile_keys, sorted_keys, order, sorted_order, start, row_count, column_count = scratch
     for t in range(tiles):
         r0 = (t // tiles_across) * m
         c0 = (t % tiles_across) * m
@@ -128,3 +122,23 @@ def greedy_tiles(bits, kind, n, m, prune_form, mask):  # pragma: no cover
                     mask[r0 + i, c0 + j] = False
                     row_count[i] += 1
                     column_count[j] += 1
+
+
+def greedy_scratch(m: int) -> tuple:
+    """Buffers of :func:`greedy_tiles`: keys and order of a tile (and their radix-sorted
+    copies), the radix digit starts, and the per-row and per-column counts.
+
+    Allocated in Python rather than in the kernel: on a cold cache every distinct
+    ``np.empty`` signature inside a kernel is one more function to compile, which a
+    first run would pay for.
+    """
+    size = m * m
+    return (
+        np.empty(size, np.uint64),
+        np.empty(size, np.uint64),
+        np.empty(size, np.int64),
+        np.empty(size, np.int64),
+        np.empty(256, np.int64),
+        np.empty(m, np.int64),
+        np.empty(m, np.int64),
+    )

@@ -17,6 +17,9 @@ NOT_FINITE = 2
 # Solved exactly from truncated units plus a certificate (mask and potentials
 # exact; the kept sum in units is not, the caller recomputes it).
 SOLVED_TRUNCATED = 3
+# The float32 enumeration cannot sum this tile exactly in float64 (too wide, subnormal, NaN
+# or infinity): the driver redoes it on int64 units, which replace this status.
+NEEDS_UNITS = 4
 
 
 def max_unit_bits(m: int) -> int:
