@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.resources
 import itertools
 import math
 from dataclasses import fields
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -40,7 +40,7 @@ from nmref.bame_training import (
 )
 from nmref.masks import is_nm, nm_mask
 
-GOLDEN = Path(__file__).resolve().parents[1] / "specs" / "golden" / "bame_evolve.npz"
+GOLDEN = importlib.resources.files("nmref.testing") / "data" / "golden" / "bame_evolve.npz"
 PATTERNS = [(1, 2), (2, 4), (1, 4), (3, 4), (2, 8), (0, 4), (4, 4), (1, 1)]
 SWITCHES: dict[str, list[object]] = {
     "fraction_schedule": ["cosine", "linear", "constant"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.resources
 import itertools
 import math
 from pathlib import Path
@@ -15,7 +16,7 @@ from nmref import bimask
 from nmref.layouts import to_reduction_matrix
 from nmref.masks import is_nm, magnitude_mask
 
-GOLDEN = Path(__file__).resolve().parents[1] / "specs" / "golden" / "bimask_golden.npz"
+GOLDEN = importlib.resources.files("nmref.testing") / "data" / "golden" / "bimask_golden.npz"
 PATTERNS = [(1, 2), (2, 4), (1, 4), (3, 4), (2, 8), (4, 8), (0, 4), (4, 4), (1, 1)]
 
 

@@ -6,6 +6,7 @@ The bit-for-bit comparison with PyTorch's converter lives in ``test_formats_torc
 from __future__ import annotations
 
 import doctest
+import importlib.resources
 import itertools
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ from tests.format_cases import (
     random_sparse,
 )
 
-GOLDEN = Path(__file__).resolve().parents[1] / "specs" / "golden" / "formats_2to4.npz"
+GOLDEN = importlib.resources.files("nmref.testing") / "data" / "golden" / "formats_2to4.npz"
 SPEC = Path(__file__).resolve().parents[1] / "specs" / "formats.md"
 
 # The six exact 2-of-4 patterns and their nibbles, written out by hand from the PTX rule
@@ -541,7 +542,7 @@ def test_bf16_rounding_ties_to_even() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Golden vectors (produced by PyTorch's converter: specs/golden/make_formats_2to4.py)
+# Golden vectors (produced by PyTorch's converter: scripts/golden/make_formats_2to4.py)
 # ---------------------------------------------------------------------------------------------
 
 

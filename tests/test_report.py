@@ -20,10 +20,9 @@ from nmref.masks import is_nm, magnitude_mask
 from nmsim.report import ReportSettings, build_report, default_checkpoint_path
 from nmsim.report_methods import COST_MODELS, GEMMS, MASK_METHODS, mask_digest
 from nmsim.report_zoo import ZOO, synthetic_weight
-from tests.json_schema import validate
+from tests.report_schema import SCHEMA, validate
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = json.loads((ROOT / "specs" / "report.schema.json").read_text())
 
 
 def assert_valid(report: dict) -> None:

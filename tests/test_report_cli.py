@@ -15,10 +15,9 @@ import pytest
 
 from nmsim.cli import main
 from nmsim.report import default_checkpoint_path
-from tests.json_schema import validate
+from tests.report_schema import SCHEMA, validate
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = json.loads((ROOT / "specs" / "report.schema.json").read_text())
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -8,11 +8,11 @@ objectives), greedy bounds, invariances, certificates, errors, golden vectors.
 
 from __future__ import annotations
 
+import importlib.resources
 import itertools
 import json
 import warnings
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,7 +37,7 @@ from nmref.transposable import (
     verify_certificate,
 )
 
-GOLDEN = Path(__file__).resolve().parents[1] / "specs" / "golden" / "transposable.json"
+GOLDEN = importlib.resources.files("nmref.testing") / "data" / "golden" / "transposable.json"
 
 EXACT_METHODS = ("exact", "brute")
 
