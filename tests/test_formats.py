@@ -295,6 +295,7 @@ def test_reference_equals_vectorised_overfull_drop(kind: str) -> None:
         np.testing.assert_array_equal(fast[1], slow[1])
 
 
+@pytest.mark.slow
 @given(
     kind=st.sampled_from(DTYPE_KINDS),
     row_blocks=st.integers(1, 3),

@@ -74,6 +74,7 @@ def test_nmref_matches_the_golden_vectors():
     assert check_golden_vectors(nmref_implementation, VECTORS).cases >= 20
 
 
+@pytest.mark.slow
 def test_torch_matches_the_golden_vectors():
     pytest.importorskip("torch")
     import torch

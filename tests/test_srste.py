@@ -27,6 +27,7 @@ def gradient_cases(draw):
     return grad, weight, mask, decay
 
 
+@pytest.mark.slow
 @given(gradient_cases())
 def test_srste_gradient_rule(case):
     grad, weight, mask, decay = case
@@ -39,6 +40,7 @@ def test_srste_gradient_rule(case):
     np.testing.assert_array_equal(result[~mask], grad[~mask] + dtype(decay) * weight[~mask])
 
 
+@pytest.mark.slow
 @given(gradient_cases())
 def test_decay_zero_is_ste(case):
     grad, weight, mask, _ = case

@@ -80,7 +80,13 @@ IMPLEMENTATIONS = {
 }
 
 
-@pytest.mark.parametrize("implementation", sorted(IMPLEMENTATIONS))
+def _lane(name: str):
+    # The torch flow solver and brute force run tile by tile in Python: seconds per dtype.
+    slow = name.startswith("torch-") and name.endswith(("[exact]", "[brute]"))
+    return pytest.param(name, marks=pytest.mark.slow) if slow else name
+
+
+@pytest.mark.parametrize("implementation", [_lane(name) for name in sorted(IMPLEMENTATIONS)])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_transposable_standard_suite(implementation, dtype):
     method, make = IMPLEMENTATIONS[implementation]
