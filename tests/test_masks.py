@@ -56,7 +56,6 @@ def groups_of(array: np.ndarray, m: int) -> np.ndarray:
 # ----------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 @given(scored())
 def test_exactly_n_kept_in_every_group(case):
     scores, n, m = case
@@ -66,7 +65,6 @@ def test_exactly_n_kept_in_every_group(case):
     assert nmref.is_nm(mask, n, m)
 
 
-@pytest.mark.slow
 @given(scored())
 def test_every_kept_score_beats_every_dropped_score_with_lower_index_on_ties(case):
     scores, n, m = case
@@ -79,7 +77,6 @@ def test_every_kept_score_beats_every_dropped_score_with_lower_index_on_ties(cas
                     assert i < j, f"tie between {i} (kept) and {j} (dropped) broken upwards"
 
 
-@pytest.mark.slow
 @given(scored(small_patterns, finite=True))
 @example((np.array([[1.0, 1.0, 1.0, 1.0]]), 2, 4))
 @example((np.array([[3, 1, 3, 3]]), 2, 4))
@@ -110,7 +107,6 @@ def test_negative_zero_equals_zero():
 # ----------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 @given(scored(), st.data())
 def test_magnitude_mask_is_invariant_under_sign_flips(case, data):
     weights, n, m = case
@@ -122,7 +118,6 @@ def test_magnitude_mask_is_invariant_under_sign_flips(case, data):
     )
 
 
-@pytest.mark.slow
 @given(scored(finite=True), st.integers(-3, 3))
 def test_magnitude_mask_is_invariant_under_positive_scaling(case, exponent):
     weights, n, m = case
@@ -138,7 +133,6 @@ def test_magnitude_mask_is_invariant_under_positive_scaling(case, exponent):
     )
 
 
-@pytest.mark.slow
 @given(scored())
 def test_magnitude_mask_is_idempotent(case):
     weights, n, m = case
@@ -147,7 +141,6 @@ def test_magnitude_mask_is_idempotent(case):
     np.testing.assert_array_equal(nmref.magnitude_mask(pruned, n, m), mask)
 
 
-@pytest.mark.slow
 @given(scored(ties=False), st.data())
 def test_permutation_within_groups_permutes_the_mask(case, data):
     scores, n, m = case
@@ -187,7 +180,6 @@ def test_scores_are_compared_exactly_in_their_own_dtype():
 # ----------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 @given(scored(), st.integers(0, 2))
 def test_axis_argument_equals_moving_the_axis_last(case, axis):
     scores, n, m = case
@@ -197,7 +189,6 @@ def test_axis_argument_equals_moving_the_axis_last(case, axis):
     np.testing.assert_array_equal(nmref.nm_mask(moved, n, m, axis=axis), expected)
 
 
-@pytest.mark.slow
 @given(scored(), st.integers(1, 8))
 def test_pad_keeps_min_n_r_in_the_partial_last_group(case, extra):
     scores, n, m = case
@@ -276,7 +267,6 @@ def test_nm_violations_name_group_coordinates_along_any_axis():
     assert nmref.nm_violations(np.ones((2, 4)), 4, 4).shape == (0, 2)
 
 
-@pytest.mark.slow
 @given(scored())
 def test_a_mask_with_one_entry_flipped_is_caught(case):
     scores, n, m = case
