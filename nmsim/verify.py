@@ -1,7 +1,9 @@
 """``nmsim verify``: run the conformance suite and the golden vectors on the torch path.
 
 Prints one row per algorithm x dtype x device (cases, mismatches, max gap) and
-exits 1 if any case mismatches, 0 otherwise. Example::
+exits 1 if any case mismatches, 0 otherwise. Without torch, nmref itself is
+checked against the golden vectors shipped in the package and one line says that
+the torch path was skipped. Example::
 
     nmsim verify --device cpu --quick
 """
@@ -15,6 +17,9 @@ from pathlib import Path
 
 __all__ = ["add_parser", "format_table", "run_verify"]
 
+#: The table row (and ``--only`` name) of the golden vectors.
+GOLDEN_ROW = "golden vectors"
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``verify`` on the ``nmsim`` command line."""
@@ -23,14 +28,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="check the torch path against nmref: conformance suite and golden vectors",
         description=(
             "Run the conformance kit (nmref.testing) on every algorithm of nmsim.torch for "
-            "every dtype on one device, plus the golden vectors in specs/vectors; print a "
-            "table and exit 1 on any mismatch."
+            "every dtype on one device, plus the golden vectors shipped with nmref; print a "
+            "table and exit 1 on any mismatch. Without torch, checks nmref against the "
+            "golden vectors."
         ),
     )
     parser.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, ...")
     parser.add_argument("--quick", action="store_true", help="a shorter suite (about a third)")
     parser.add_argument(
-        "--vectors", type=Path, default=None, help="golden vector folder (default: specs/vectors)"
+        "--vectors",
+        type=Path,
+        default=None,
+        help="golden vector folder (default: the vectors shipped with nmref)",
     )
     parser.add_argument(
         "--only", default=None, help="run only suites whose name contains this text"
@@ -65,13 +74,23 @@ def run_verify(
     only: str | None = None,
     out=None,
 ) -> int:
-    """Run every registered suite and the golden vectors; print the table; return the exit code."""
-    import torch
+    """Run every registered suite and the golden vectors; print the table; return the exit code.
 
-    from nmref.testing.golden import check_golden_vectors, default_vectors_dir
+    Without torch the torch path cannot run: nmref itself is checked against the
+    golden vectors instead, one line says the torch path was skipped, and the exit
+    code reflects the vectors alone.
+    """
+    out = out or sys.stdout
+    try:
+        import torch
+    except ModuleNotFoundError as error:
+        if error.name != "torch":
+            raise  # a broken torch install is an error, not a missing optional dependency
+        return _run_without_torch(device, vectors, only, out)
+
+    from nmref.testing.golden import default_vectors_dir
     from nmsim.torch import conformance, golden_implementation
 
-    out = out or sys.stdout
     torch_device = torch.device(device)
     if torch_device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: torch.cuda.is_available() is False on this machine")
@@ -99,37 +118,68 @@ def run_verify(
             if not report.ok:
                 failures.append(report)
     directory = vectors if vectors is not None else default_vectors_dir()
-    if not only or only in "golden vectors":
+    if not only or only in GOLDEN_ROW:
         if (directory / "manifest.json").exists():
-            start = time.perf_counter()
-            report = check_golden_vectors(
-                lambda vector: golden_implementation(vector, device_name),
-                directory,
-                raise_on_failure=False,
+            row, report = _golden_row(
+                lambda vector: golden_implementation(vector, device_name), directory, device_name
             )
-            rows.append(
-                (
-                    "golden vectors",
-                    "all",
-                    device_name,
-                    report.cases,
-                    report.mismatches,
-                    report.max_gap,
-                    time.perf_counter() - start,
-                )
-            )
+            rows.append(row)
             if not report.ok:
                 failures.append(report)
         else:
             print(f"golden vectors: no manifest.json in {directory} (not checked)", file=out)
     if not rows:
         names = ", ".join(conformance.SUITES)
-        raise ValueError(f"--only {only!r} matches no suite (suites: {names}, golden vectors)")
+        raise ValueError(f"--only {only!r} matches no suite (suites: {names}, {GOLDEN_ROW})")
     print(
         f"nmsim verify: torch {torch.__version__}, device {device_name}"
         + (f" ({torch.cuda.get_device_name(torch_device)})" if torch_device.type == "cuda" else ""),
         file=out,
     )
+    return _print_outcome(rows, failures, out)
+
+
+def _golden_row(implementation_for, directory: Path, device_name: str):
+    """Check one implementation against the golden vectors: its table row and report."""
+    from nmref.testing.golden import check_golden_vectors
+
+    start = time.perf_counter()
+    report = check_golden_vectors(implementation_for, directory, raise_on_failure=False)
+    row = (
+        GOLDEN_ROW,
+        "all",
+        device_name,
+        report.cases,
+        report.mismatches,
+        report.max_gap,
+        time.perf_counter() - start,
+    )
+    return row, report
+
+
+def _run_without_torch(device: str, vectors: Path | None, only: str | None, out) -> int:
+    """nmref against the golden vectors: what an install without torch can check."""
+    from nmref import __version__ as nmref_version
+    from nmref.testing.golden import default_vectors_dir, nmref_implementation
+
+    if device != "cpu":
+        raise ValueError(f"--device {device}: needs torch, which is not installed")
+    if only and only not in GOLDEN_ROW:
+        raise ValueError(
+            f"--only {only!r}: without torch only the {GOLDEN_ROW} are checked (against nmref)"
+        )
+    directory = vectors if vectors is not None else default_vectors_dir()
+    # Missing vectors here would leave nothing checked at all: an error, not a note.
+    if not (directory / "manifest.json").exists():
+        raise FileNotFoundError(f"golden vectors: no manifest.json in {directory}")
+    row, report = _golden_row(nmref_implementation, directory, "nmref")
+    print(f"nmsim verify: nmref {nmref_version}", file=out)
+    print("torch path skipped: torch is not installed (checked nmref only)", file=out)
+    return _print_outcome([row], [report] if not report.ok else [], out)
+
+
+def _print_outcome(rows, failures, out) -> int:
+    """Print the table and the verdict; the exit code (1 on any mismatch)."""
     print(format_table(rows), file=out)
     total_cases = sum(row[3] for row in rows)
     total_mismatches = sum(row[4] for row in rows)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.resources
 import itertools
 import math
 from dataclasses import fields
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -40,7 +40,7 @@ from nmref.bame_training import (
 )
 from nmref.masks import is_nm, nm_mask
 
-GOLDEN = Path(__file__).resolve().parents[1] / "specs" / "golden" / "bame_evolve.npz"
+GOLDEN = importlib.resources.files("nmref.testing") / "data" / "golden" / "bame_evolve.npz"
 PATTERNS = [(1, 2), (2, 4), (1, 4), (3, 4), (2, 8), (0, 4), (4, 4), (1, 1)]
 SWITCHES: dict[str, list[object]] = {
     "fraction_schedule": ["cosine", "linear", "constant"],
@@ -161,6 +161,7 @@ def assert_valid_evolution(weight, mask, grad, state, step, config, velocity, re
 # ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @given(seed=st.integers(0, 10_000), choices=case_choices, tie_heavy=st.booleans())
 def test_evolve_mask_matches_reference_in_any_visit_order(seed, choices, tie_heavy):
     weight, mask, grad, state, step, config, velocity = make_case(seed, choices, tie_heavy)
@@ -182,6 +183,7 @@ def test_evolve_mask_matches_reference_in_any_visit_order(seed, choices, tie_hea
     assert_evolutions_equal(fast, slow)
 
 
+@pytest.mark.slow
 @given(seed=st.integers(0, 10_000), choices=case_choices, tie_heavy=st.booleans())
 def test_every_evolution_satisfies_the_contracts(seed, choices, tie_heavy):
     weight, mask, grad, state, step, config, velocity = make_case(seed, choices, tie_heavy)
@@ -196,6 +198,7 @@ def test_every_evolution_satisfies_the_contracts(seed, choices, tie_heavy):
         np.testing.assert_array_equal(old, new)
 
 
+@pytest.mark.slow
 @given(seed=st.integers(0, 10_000), choices=case_choices, tie_heavy=st.booleans())
 def test_gradient_outside_the_spec_positions_is_never_read(seed, choices, tie_heavy):
     """NaN or garbage where the spec computes no gradient leaves the result unchanged."""
@@ -243,6 +246,7 @@ def index_order_gain(u, old, new) -> float:
     return gain
 
 
+@pytest.mark.slow
 @given(
     seed=st.integers(0, 10_000),
     pattern=st.sampled_from([(1, 4), (2, 4), (3, 4), (2, 6), (3, 8)]),
@@ -290,6 +294,7 @@ def test_block_scores_are_the_brute_force_optimum(seed, pattern, tie_heavy, regr
         assert single.proposed_mask[r, cols].sum() == n == whole.proposed_mask[r, cols].sum()
 
 
+@pytest.mark.slow
 @given(seed=st.integers(0, 10_000), choices=case_choices, tie_heavy=st.booleans())
 def test_single_swap_and_reselect_agree_when_one_is_kept(seed, choices, tie_heavy):
     choices = {**choices, "pattern": 2, "swap_rule": 0}
@@ -581,6 +586,7 @@ def test_same_generator_state_same_run_bit_for_bit():
     assert not np.array_equal(a[0].weight, c[0].weight)
 
 
+@pytest.mark.slow
 def test_digits_trains_at_a_fraction_of_the_gradient_entries():
     """A short real-data run (sklearn digits, offline): it learns, at a measured dW fraction."""
     datasets = pytest.importorskip("sklearn.datasets")
@@ -832,6 +838,7 @@ def test_convolution_weights_evolve_along_input_channels():
     assert is_nm(new_mask, 2, 4, axis=1)  # groups of 4 input channels
 
 
+@pytest.mark.slow
 @given(seed=st.integers(0, 10_000), choices=case_choices)
 def test_training_step_contracts_under_any_switches(seed, choices):
     """Every step: N:M masks, frozen pruned weights, and the ledger equals an independent count."""

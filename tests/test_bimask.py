@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.resources
 import itertools
 import math
 from pathlib import Path
@@ -15,7 +16,7 @@ from nmref import bimask
 from nmref.layouts import to_reduction_matrix
 from nmref.masks import is_nm, magnitude_mask
 
-GOLDEN = Path(__file__).resolve().parents[1] / "specs" / "golden" / "bimask_golden.npz"
+GOLDEN = importlib.resources.files("nmref.testing") / "data" / "golden" / "bimask_golden.npz"
 PATTERNS = [(1, 2), (2, 4), (1, 4), (3, 4), (2, 8), (4, 8), (0, 4), (4, 4), (1, 1)]
 
 
@@ -71,6 +72,7 @@ def backward_block_counts(mask: np.ndarray, permutation, m: int, layout: str) ->
 # ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @given(bimask_cases())
 def test_forward_mask_is_nm_per_row_and_the_magnitude_mask(case):
     weight, n, m, _, layout = case
@@ -120,16 +122,19 @@ def assert_backward_contract(weight, n, m, permutation, layout):
     return forward, backward
 
 
+@pytest.mark.slow
 @given(bimask_cases())
 def test_backward_mask_contract_linear(case):
     assert_backward_contract(*case)
 
 
+@pytest.mark.slow
 @given(bimask_cases(conv=True))
 def test_backward_mask_contract_conv(case):
     assert_backward_contract(*case)
 
 
+@pytest.mark.slow
 @given(bimask_cases())
 def test_backward_mask_equals_forward_on_eligible_blocks(case):
     weight, n, m, permutation, layout = case
@@ -139,6 +144,7 @@ def test_backward_mask_equals_forward_on_eligible_blocks(case):
     np.testing.assert_array_equal(unchanged, survivors <= n)
 
 
+@pytest.mark.slow
 @given(bimask_cases())
 def test_reordering_whole_blocks_leaves_backward_mask_unchanged(case):
     weight, n, m, permutation, layout = case
@@ -152,6 +158,7 @@ def test_reordering_whole_blocks_leaves_backward_mask_unchanged(case):
     )
 
 
+@pytest.mark.slow
 @given(bimask_cases())
 def test_reordering_rows_inside_blocks_leaves_backward_mask_unchanged_without_ties(case):
     _, n, m, permutation, _ = case
@@ -190,6 +197,7 @@ def test_zero_valued_survivor_regression_rank_option():
     np.testing.assert_array_equal(code.ravel(), [0, 1, 1, 0])  # pruned row 0 won the tie
 
 
+@pytest.mark.slow
 @given(bimask_cases())
 def test_rank_options_agree_without_zero_survivors(case):
     weight, n, m, permutation, layout = case
@@ -248,6 +256,7 @@ def test_straddle_reproduces_the_codes_grouping(shape, pattern):
     np.testing.assert_array_equal(backward, expected_backward)
 
 
+@pytest.mark.slow
 @given(bimask_cases())
 def test_straddle_equals_per_row_grouping_when_divisible(case):
     weight, n, m, permutation, _ = case
@@ -264,6 +273,7 @@ def test_straddle_equals_per_row_grouping_when_divisible(case):
 # ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @given(bimask_cases(), st.sampled_from(["kept", "eligible"]))
 def test_score_definitions_match_the_backward_mask(case, criterion):
     weight, n, m, permutation, layout = case
@@ -277,6 +287,7 @@ def test_score_definitions_match_the_backward_mask(case, criterion):
         assert score == untouched.sum()
 
 
+@pytest.mark.slow
 @given(bimask_cases(conv=True), st.sampled_from(["kept", "eligible"]), st.integers(0, 2**32 - 1))
 def test_fast_scores_equal_reference(case, criterion, seed):
     weight, n, m, _, layout = case
@@ -295,6 +306,7 @@ def test_fast_scores_equal_reference(case, criterion, seed):
     np.testing.assert_array_equal(fast, reference)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("out", "width", "n", "m"), [(4, 4, 1, 2), (6, 4, 1, 2), (8, 4, 2, 4)])
 def test_criteria_by_brute_force_over_all_permutations(out, width, n, m):
     rng = np.random.default_rng(out + width + n)
@@ -363,6 +375,7 @@ def test_expected_kept_fraction_matches_binomial_model():
 # ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @given(bimask_cases(), st.integers(0, 2**32 - 1), st.sampled_from(["kept", "eligible"]))
 def test_search_is_reproducible_and_picks_first_maximiser(case, seed, criterion):
     weight, n, m, _, layout = case
@@ -394,6 +407,7 @@ def test_search_is_reproducible_and_picks_first_maximiser(case, seed, criterion)
     np.testing.assert_array_equal(first.candidates, expected)
 
 
+@pytest.mark.slow
 @given(bimask_cases(), st.integers(0, 2**32 - 1))
 def test_include_identity_adds_identity_first_and_never_scores_below_it(case, seed):
     weight, n, m, _, layout = case
@@ -438,6 +452,7 @@ def test_presets():
 # ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @given(bimask_cases(max_blocks=5), st.integers(0, 2**32 - 1), st.sampled_from(["kept", "eligible"]))
 def test_local_search_numba_equals_reference_and_never_worsens(case, seed, criterion):
     weight, n, m, permutation, _ = case
@@ -481,6 +496,7 @@ def test_local_search_beats_random_search_on_gaussian_weights():
 # ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @given(bimask_cases(), st.integers(1, 5), st.sampled_from([0.0, 2e-4, 0.5]))
 def test_linear_gemms_contract(case, batch, decay):
     weight, n, m, permutation, _ = case
@@ -591,6 +607,7 @@ def test_golden_vectors():
             ) == int(data[f"{case}/scores"][index])
 
 
+@pytest.mark.slow
 @given(
     st.one_of(bimask_cases(max_blocks=5), bimask_cases(max_blocks=3, conv=True)),
     st.integers(0, 2**32 - 1),

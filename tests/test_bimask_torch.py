@@ -55,6 +55,7 @@ def test_search_scores_equal_the_torch_port_of_the_code(shape, pattern):
     np.testing.assert_array_equal(backward[permutation], code_permuted.astype(bool))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nesterov", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_sgd_step_matches_torch_sgd(nesterov, dtype):

@@ -66,6 +66,7 @@ def test_published_numbers_are_copied_faithfully() -> None:
     assert flops == pytest.approx(2.22e12, rel=0.01)  # "2.22 TFLOP per step"
 
 
+@pytest.mark.slow
 def test_shipped_parameters_equal_a_fresh_fit() -> None:
     """The data file is the output of `nmsim calibrate --write`, not hand-edited."""
     fitted = report().parameters
@@ -80,6 +81,7 @@ def test_shipped_parameters_equal_a_fresh_fit() -> None:
         assert getattr(shipped, name) == getattr(fitted, name), name
 
 
+@pytest.mark.slow
 def test_held_out_error_meets_the_target_and_is_reported_honestly() -> None:
     r = report()
     assert r.held_out_median_error_pct is not None and r.held_out_median_error_pct <= 10.0
@@ -91,6 +93,7 @@ def test_held_out_error_meets_the_target_and_is_reported_honestly() -> None:
     assert "only 1 held-out point" in text
 
 
+@pytest.mark.slow
 def test_qualitative_checks_pass() -> None:
     checks = [row for row in report().rows if row.role == "check"]
     assert len(checks) == 2

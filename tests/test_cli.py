@@ -122,6 +122,7 @@ def test_demo_runs(tmp_path, capsys):
     assert "OK: 2 tensor(s) keep exactly 2 of every 4" in output
 
 
+@pytest.mark.slow
 def test_python_dash_m_from_another_directory(tmp_path):
     environment = dict(os.environ)
     # Works installed (CI) and from a source tree alike.

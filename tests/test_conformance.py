@@ -81,6 +81,7 @@ def test_error_rules(implementation):
     check_mask_error_rules(make_magnitude("float32", None), function="magnitude_mask")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("implementation", sorted(set(IMPLEMENTATIONS) - {"nmref-readable"}))
 @given(case=nm_cases(kinds=("tie_heavy", "zeros", "infinities")))
 def test_hypothesis_tie_heavy_cases(implementation, case):

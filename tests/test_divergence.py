@@ -18,6 +18,7 @@ def mask_triples(draw):
     return tuple(draw(hnp.arrays(np.bool_, shape)) for _ in range(3))
 
 
+@pytest.mark.slow
 @given(mask_triples())
 def test_flips_is_a_metric(masks):
     a, b, c = masks
@@ -58,6 +59,7 @@ def test_sad_sequences_by_hand():
     assert divergence.sparse_architecture_divergence(masks[:1]).shape == (0,)
 
 
+@pytest.mark.slow
 @given(st.lists(hnp.arrays(np.bool_, (3, 4)), min_size=1, max_size=6))
 def test_sad_bounds(masks):
     step = divergence.sparse_architecture_divergence(masks)

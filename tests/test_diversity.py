@@ -46,6 +46,7 @@ def test_known_values(m, n, expected):
     assert count_transposable_patterns(m, n) == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("m", "n"), [(m, n) for m in range(1, 6) for n in range(m + 1)])
 def test_dp_equals_enumeration(m, n):
     assert count_transposable_patterns(m, n) == count_by_enumeration(m, n)

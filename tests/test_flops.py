@@ -90,6 +90,7 @@ def test_per_layer_ratios_match_the_closed_forms(pattern: str) -> None:
         assert report.ratio == pytest.approx(ratio, rel=1e-12), method
 
 
+@pytest.mark.slow
 @given(
     layers=st.lists(
         st.builds(
@@ -288,6 +289,7 @@ def test_every_builtin_model_runs_through_every_method() -> None:
 
 
 # --------------------------------------------------------------------------- torch tracing
+@pytest.mark.slow
 def test_layers_from_torch_traces_convs_linears_and_the_rest() -> None:
     torch = pytest.importorskip("torch")
     from nmsim.perf.models import layers_from_torch
@@ -325,6 +327,7 @@ def test_layers_from_torch_traces_convs_linears_and_the_rest() -> None:
     assert report.model == "net" and report.ratio < 1
 
 
+@pytest.mark.slow
 def test_layers_from_torch_never_drops_untraced_work_that_does_not_divide_by_the_batch() -> None:
     """Regression: 105 weight-only MACs with batch 2 used to vanish from the table silently."""
     torch = pytest.importorskip("torch")

@@ -6,6 +6,7 @@ The bit-for-bit comparison with PyTorch's converter lives in ``test_formats_torc
 from __future__ import annotations
 
 import doctest
+import importlib.resources
 import itertools
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ from tests.format_cases import (
     random_sparse,
 )
 
-GOLDEN = Path(__file__).resolve().parents[1] / "specs" / "golden" / "formats_2to4.npz"
+GOLDEN = importlib.resources.files("nmref.testing") / "data" / "golden" / "formats_2to4.npz"
 SPEC = Path(__file__).resolve().parents[1] / "specs" / "formats.md"
 
 # The six exact 2-of-4 patterns and their nibbles, written out by hand from the PTX rule
@@ -294,6 +295,7 @@ def test_reference_equals_vectorised_overfull_drop(kind: str) -> None:
         np.testing.assert_array_equal(fast[1], slow[1])
 
 
+@pytest.mark.slow
 @given(
     kind=st.sampled_from(DTYPE_KINDS),
     row_blocks=st.integers(1, 3),
@@ -541,7 +543,7 @@ def test_bf16_rounding_ties_to_even() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Golden vectors (produced by PyTorch's converter: specs/golden/make_formats_2to4.py)
+# Golden vectors (produced by PyTorch's converter: scripts/golden/make_formats_2to4.py)
 # ---------------------------------------------------------------------------------------------
 
 

@@ -115,6 +115,7 @@ def test_storage_offsets_match_torch(kind: str) -> None:
         )
 
 
+@pytest.mark.slow
 @given(
     kind=st.sampled_from(DTYPE_KINDS),
     row_blocks=st.integers(1, 3),
@@ -131,6 +132,7 @@ def test_bit_exact_with_torch_on_valid_matrices(
     assert_same_as_torch(dense, kind)
 
 
+@pytest.mark.slow
 @given(
     kind=st.sampled_from(DTYPE_KINDS),
     row_blocks=st.integers(1, 2),
@@ -225,6 +227,7 @@ def test_bf16_conversion_matches_torch_except_nan_bits() -> None:
     assert ((theirs[nan] & 0x7F80) == 0x7F80).all() and (theirs[nan] & 0x007F).all()
 
 
+@pytest.mark.slow
 @given(
     kind=st.sampled_from(DTYPE_KINDS),
     row_blocks=st.integers(1, 2),

@@ -149,6 +149,7 @@ def test_sparse_is_never_better_than_twice_dense(
     assert moved >= 0.5625 * (dense.bytes_total - dense.bytes_workspace)
 
 
+@pytest.mark.slow
 @given(
     m=sizes,
     n=sizes,

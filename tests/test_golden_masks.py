@@ -1,16 +1,18 @@
-"""Golden vectors for 1-D masks (specs/golden/masks.json, expected by brute force)."""
+"""Golden vectors for 1-D masks (nmref/testing/data/golden/masks.json, expected by brute force)."""
 
 from __future__ import annotations
 
+import importlib.resources
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import nmref
 
-GOLDEN = json.loads((Path(__file__).parents[1] / "specs" / "golden" / "masks.json").read_text())
+GOLDEN = json.loads(
+    (importlib.resources.files("nmref.testing") / "data" / "golden" / "masks.json").read_text()
+)
 
 
 @pytest.mark.parametrize("case", GOLDEN["cases"], ids=lambda c: c["name"])

@@ -1,4 +1,4 @@
-"""Golden vectors in specs/vectors: stored, reproducible, and matched by every implementation."""
+"""Golden vectors (nmref/testing/data/vectors): stored, reproducible, and matched by every implementation."""
 
 from __future__ import annotations
 
@@ -11,13 +11,19 @@ import numpy as np
 import pytest
 
 import nmref
-from nmref.testing.golden import check_golden_vectors, default_vectors_dir, load_vectors
+from nmref.testing.golden import (
+    check_golden_vectors,
+    default_vectors_dir,
+    load_vectors,
+    nmref_implementation,
+)
 
 VECTORS = default_vectors_dir()
+GENERATOR = Path(__file__).resolve().parents[1] / "scripts" / "golden" / "make_vectors.py"
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("make_vectors", VECTORS / "make_vectors.py")
+    spec = importlib.util.spec_from_file_location("make_vectors", GENERATOR)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -64,30 +70,11 @@ def test_vectors_are_valid_and_bfloat16_inputs_are_representable():
             assert not (bits & 0xFFFF).any(), vector.name
 
 
-def _nmref_fast(vector):
-    if vector.function == "nm_mask":
-        return nmref.nm_mask
-    if vector.function.startswith("transposable_mask["):
-        from nmref.transposable import transposable_mask
-
-        method = vector.function[len("transposable_mask[") : -1]
-        return lambda scores, n, m: transposable_mask(scores, n, m, method=method)
-    if vector.function == "bimask.backward_mask":
-        from nmref import bimask
-
-        def backward(weights, n, m):
-            forward = bimask.forward_mask(weights, n, m, layout=vector.layout)
-            permutation = vector.extras["permutation"]
-            return bimask.backward_mask(weights, forward, permutation, n, m, layout=vector.layout)
-
-        return backward
-    return lambda w, n, m: nmref.magnitude_mask(w, n, m, layout=vector.layout)
-
-
 def test_nmref_matches_the_golden_vectors():
-    assert check_golden_vectors(_nmref_fast, VECTORS).cases >= 20
+    assert check_golden_vectors(nmref_implementation, VECTORS).cases >= 20
 
 
+@pytest.mark.slow
 def test_torch_matches_the_golden_vectors():
     pytest.importorskip("torch")
     import torch

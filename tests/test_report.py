@@ -20,10 +20,9 @@ from nmref.masks import is_nm, magnitude_mask
 from nmsim.report.build import ReportSettings, build_report, default_checkpoint_path
 from nmsim.report.methods import COST_MODELS, GEMMS, MASK_METHODS, mask_digest
 from nmsim.report.zoo import ZOO, synthetic_weight
-from tests.json_schema import validate
+from tests.report_schema import SCHEMA, validate
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = json.loads((ROOT / "specs" / "report.schema.json").read_text())
 
 
 def assert_valid(report: dict) -> None:
@@ -297,6 +296,7 @@ def test_synthetic_weights_depend_only_on_name_and_seed():
 # ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_transposable_columns_use_the_registered_function(fake_providers):
     settings = ReportSettings(methods=("1d", "transposable", "greedy"))
     report = build_report(None, settings)
@@ -389,6 +389,7 @@ def test_unknown_gpu_is_an_error_when_the_gpu_database_is_installed(fake_provide
 # ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_workers_give_the_same_document_as_one(fake_providers):
     settings = ReportSettings(methods=("1d", "transposable", "greedy"), include=r"^layer1\.")
     one = build_report("resnet50", settings, workers=1)
@@ -453,6 +454,7 @@ print(status, before * 1024, after * 1024)
 """
 
 
+@pytest.mark.slow
 def test_peak_memory_is_bounded_on_a_large_safetensors_file(tmp_path):
     shape = (1024, 2048)  # 8 MiB per tensor
     tensor_bytes = 1024 * 2048 * 4
@@ -601,6 +603,7 @@ def test_worker_tasks_pickle_for_spawned_processes():
     assert pickle.loads(pickle.dumps(task)) == task
 
 
+@pytest.mark.slow
 def test_training_script_builds_the_shipped_architecture(monkeypatch):
     import importlib.util
 
@@ -622,6 +625,7 @@ def test_training_script_builds_the_shipped_architecture(monkeypatch):
     assert float(metadata["test_accuracy"]) > 0.5  # one epoch already learns something
 
 
+@pytest.mark.slow
 def test_shipped_weights_reach_the_stored_accuracy():
     # The metadata is a claim; recompute it from the shipped tensors on the script's own split.
     import importlib.util

@@ -15,10 +15,9 @@ import pytest
 
 from nmsim.cli import main
 from nmsim.report.build import default_checkpoint_path
-from tests.json_schema import validate
+from tests.report_schema import SCHEMA, validate
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = json.loads((ROOT / "specs" / "report.schema.json").read_text())
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -27,6 +26,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     return status, captured.out, captured.err
 
 
+@pytest.mark.slow
 def test_no_argument_prints_the_table_in_a_fresh_process():
     # A fresh interpreter: the packaged checkpoint is found without network or arguments.
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -67,6 +67,7 @@ def test_table_shows_the_json_numbers(capsys):
     assert f"{100 * total:.2f}%" in table
 
 
+@pytest.mark.slow
 def test_zoo_models_are_labelled_synthetic(capsys):
     status, out, _ = run(capsys, "llama-mlp", "--methods", "1d", "--include", "down_proj")
     assert status == 0
@@ -92,6 +93,7 @@ def test_pt_state_dict_gives_the_same_numbers_as_npz(tmp_path, capsys):
     assert pt_entry["methods"] == npz_entry["methods"]
 
 
+@pytest.mark.slow
 def test_out_writes_json_csv_and_plots_and_never_overwrites_silently(tmp_path, capsys):
     out = tmp_path / "out"
     status, _, err = run(capsys, "--out", str(out), "--methods", "1d")
@@ -127,6 +129,7 @@ def test_out_writes_json_csv_and_plots_and_never_overwrites_silently(tmp_path, c
     assert json.loads((out / "report.json").read_text())["settings"]["pattern"] == "1:4"
 
 
+@pytest.mark.slow
 def test_workers_flag_gives_identical_json(capsys):
     _, one, _ = run(capsys, "resnet50", "--include", r"layer4\.2", "--json", "--workers", "1")
     _, two, _ = run(capsys, "resnet50", "--include", r"layer4\.2", "--json", "--workers", "2")

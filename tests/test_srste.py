@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.resources
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -25,6 +27,7 @@ def gradient_cases(draw):
     return grad, weight, mask, decay
 
 
+@pytest.mark.slow
 @given(gradient_cases())
 def test_srste_gradient_rule(case):
     grad, weight, mask, decay = case
@@ -37,6 +40,7 @@ def test_srste_gradient_rule(case):
     np.testing.assert_array_equal(result[~mask], grad[~mask] + dtype(decay) * weight[~mask])
 
 
+@pytest.mark.slow
 @given(gradient_cases())
 def test_decay_zero_is_ste(case):
     grad, weight, mask, _ = case
@@ -192,10 +196,10 @@ def test_srste_lowers_sad_relative_to_ste_on_a_toy_regression(seed):
 
 
 def test_golden_trajectory():
-    """Pinned inputs and outputs (specs/golden/make_srste_golden.py)."""
-    from pathlib import Path
-
-    data = np.load(Path(__file__).resolve().parents[1] / "specs" / "golden" / "srste_golden.npz")
+    """Pinned inputs and outputs (scripts/golden/make_srste_golden.py)."""
+    data = np.load(
+        importlib.resources.files("nmref.testing") / "data" / "golden" / "srste_golden.npz"
+    )
     settings = {"lr": 0.1, "decay": 0.05, "momentum": 0.9, "weight_decay": 5e-5}
     for name in ("float32", "float64"):
         target = data[f"{name}/target"]

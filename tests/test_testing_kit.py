@@ -57,6 +57,7 @@ def test_standard_cases_are_as_advertised(dtype):
     )
 
 
+@pytest.mark.slow
 @given(nm_cases(dtypes=("float16", "bfloat16", "float32", "int8")))
 def test_strategy_cases_are_as_advertised(case):
     assert case.scores.shape[-1] % case.m == 0

@@ -25,6 +25,7 @@ def test_kit_suites_pass(name):
 finite = st.floats(-1e3, 1e3, allow_nan=False, width=64)
 
 
+@pytest.mark.slow
 @given(
     data=st.data(),
     swap_rule=st.sampled_from(["single_swap", "reselect"]),

@@ -301,6 +301,7 @@ def test_float32_layer_keeps_exact_nm_masks_and_frozen_pruned_weights():
     assert changed > 0 and layer.bame_state.num_updates == 6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("layout", "mode"), [("channels", "gathered"), ("flat", "masked_dense")])
 def test_conv_step_by_step_equals_the_reference_bit_for_bit(layout, mode):
     # A 3x3 convolution on small integers with dyadic rates: Y, dX and the computed dW entries

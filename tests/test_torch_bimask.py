@@ -69,6 +69,7 @@ def test_scores_are_chunked_without_changing_them(monkeypatch):
     np.testing.assert_array_equal(whole.numpy(), expected)
 
 
+@pytest.mark.slow
 @given(
     seed=st.integers(0, 2**32 - 1),
     identity=st.booleans(),
@@ -156,6 +157,7 @@ def test_search_accepts_explicit_candidates_in_any_container():
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_bimask_layers_follow_the_per_gemm_contract(dtype):
     report = run_suite("bimask training step", dtype, "cpu")

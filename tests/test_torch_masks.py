@@ -24,12 +24,14 @@ def _adapter(function, case, device="cpu", **keywords):
     return numpy_adapter(function, device=device, dtype=case.dtype_name, **keywords)
 
 
+@pytest.mark.slow
 @given(nm_cases(dtypes=(*ALL_DTYPES, "bool"), max_m=9))
 def test_nm_mask_equals_nmref_on_every_kind_and_dtype(case):
     for device in DEVICES:
         check_nm_mask(_adapter(nt.nm_mask, case, device), [case])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["channels", "flat"])
 @given(data=st.data())
 def test_magnitude_mask_equals_nmref_for_conv_layouts(layout, data):
@@ -37,6 +39,7 @@ def test_magnitude_mask_equals_nmref_for_conv_layouts(layout, data):
     check_magnitude_mask(_adapter(nt.magnitude_mask, case, layout=layout), [case], layout=layout)
 
 
+@pytest.mark.slow
 @given(nm_cases(dtypes=ALL_DTYPES, max_m=9))
 def test_magnitude_mask_equals_nmref_for_linear_weights(case):
     check_magnitude_mask(_adapter(nt.magnitude_mask, case), [case])
@@ -60,6 +63,7 @@ def test_bfloat16_is_ranked_on_its_exact_float32_upcast():
     np.testing.assert_array_equal(got, nmref.magnitude_mask(weights.float().numpy(), 2, 4))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["counting", "sorting"])
 @given(case=nm_cases(dtypes=(*ALL_DTYPES, "bool"), kinds=("tie_heavy", "zeros", "infinities")))
 def test_both_ranking_paths_equal_nmref(path, case):
@@ -151,6 +155,7 @@ def test_output_is_bool_on_the_input_device():
     assert mask.dtype == torch.bool and mask.device.type == "cpu"
 
 
+@pytest.mark.slow
 @given(nm_cases(dtypes=("float32", "int8", "bool"), max_m=6))
 def test_is_nm_equals_nmref(case):
     for exact in (True, False):

@@ -16,6 +16,7 @@ import nmsim.torch as nt  # noqa: E402
 from nmsim.torch.adapters import training_adapter  # noqa: E402
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layer", ["linear", "conv1x1"])
 @pytest.mark.parametrize("method", ["ste", "srste"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -43,6 +44,7 @@ def test_srste_gradient_equals_the_reference_rule_bit_for_bit():
     assert torch.equal(got, grad) and torch.signbit(got[0])
 
 
+@pytest.mark.slow
 def test_gradcheck_float64_linear_and_conv_inputs_and_bias():
     generator = torch.Generator().manual_seed(2)
     linear = nt.SparseLinear(8, 3, pattern="2:4", dtype=torch.float64)

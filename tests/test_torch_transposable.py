@@ -97,6 +97,7 @@ def _run(scores, n, m, dtype, method):
     return tt.transposable_mask(tensor, n, m, method=method).numpy()
 
 
+@pytest.mark.slow
 @given(tiled(), st.sampled_from(["exact", "greedy", "greedy-prune"]))
 def test_equals_the_independent_oracles(case, method):
     scores, n, m, dtype = case
@@ -169,6 +170,7 @@ def test_errors():
         tt.transposable_mask(torch.zeros(4, 4), 2, 4, method="flow")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["exact", "greedy", "greedy-prune"])
 @pytest.mark.parametrize("m", [4, 8])
 def test_equals_nmref_transposable_when_present(method, m):
@@ -236,6 +238,7 @@ def _flow_mask(scores: torch.Tensor, n: int, m: int) -> torch.Tensor:
     return tt._from_tiles(tt._exact_by_flow(tiles, n, m), tuple(scores.shape), m)
 
 
+@pytest.mark.slow
 @given(tiled(max_m=4))
 def test_flow_solver_equals_the_oracle_on_small_tiles(case):
     """The lockstep min-cost-flow solver (used for m > 4) on tiles the oracle can enumerate."""
@@ -249,6 +252,7 @@ def test_flow_solver_equals_the_oracle_on_small_tiles(case):
     np.testing.assert_array_equal(_flow_mask(tensor, n, m).numpy(), oracle(scores, n, m, "exact"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("n", "m"), [(0, 1), (1, 2), (2, 4), (4, 8)])
 def test_flow_solver_on_subnormal_float64_tiles(n, m):
     # Regression (hypothesis: [[5e-324]] with n=0 kept its entry): a subnormal tile's units
@@ -264,6 +268,7 @@ def test_flow_solver_on_subnormal_float64_tiles(n, m):
     np.testing.assert_array_equal(tt.transposable_mask(tensor, n, m).numpy(), got)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_flow_equals_brute_force_for_m5_on_tie_heavy_and_random_tiles(n):
     rng = np.random.default_rng(n)
@@ -278,6 +283,7 @@ def test_flow_equals_brute_force_for_m5_on_tie_heavy_and_random_tiles(n):
         assert torch.equal(tt.transposable_mask(tensor, n, 5), brute)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("n", "m"), [(4, 8), (2, 8), (3, 6), (8, 16)])
 def test_flow_reaches_the_lp_optimum_for_larger_m(n, m):
     """The LP over the row/column-sum polytope is integral (totally unimodular): same optimum."""
@@ -302,6 +308,7 @@ def test_flow_reaches_the_lp_optimum_for_larger_m(n, m):
         assert kept_sum == pytest.approx(-result.fun, rel=1e-12, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_flow_returns_the_canonical_optimum_on_ties():
     """All-equal 8x8 tile: every valid mask is optimal; the canonical one keeps the lowest
     flat indices first (block-diagonal pattern)."""
@@ -311,6 +318,7 @@ def test_flow_returns_the_canonical_optimum_on_ties():
     assert torch.equal(mask, expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["linear", "channels", "flat"])
 @pytest.mark.parametrize("method", ["exact", "greedy"])
 def test_weight_masks_equal_nmref_for_every_layout(layout, method):

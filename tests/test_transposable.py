@@ -8,11 +8,11 @@ objectives), greedy bounds, invariances, certificates, errors, golden vectors.
 
 from __future__ import annotations
 
+import importlib.resources
 import itertools
 import json
 import warnings
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -38,7 +38,7 @@ from nmref.transposable._driver import solve_exact as _solve_exact  # the flow k
 from nmref.transposable._enumeration_kernels import float64_exact_binades
 from nmref.transposable._flow_kernels import START_LANES, _selection_network
 
-GOLDEN = Path(__file__).resolve().parents[1] / "specs" / "golden" / "transposable.json"
+GOLDEN = importlib.resources.files("nmref.testing") / "data" / "golden" / "transposable.json"
 
 EXACT_METHODS = ("exact", "brute")
 
@@ -125,6 +125,7 @@ def score_matrices(draw, max_m: int = 4):
 # ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @given(score_matrices())
 def test_every_exact_method_returns_the_canonical_mask(case):
     """exact == brute == readable exact == readable brute == itertools lexmax, bit for bit."""
@@ -140,6 +141,7 @@ def test_every_exact_method_returns_the_canonical_mask(case):
         )
 
 
+@pytest.mark.slow
 @given(score_matrices())
 def test_flow_kernel_and_certificate_match_enumeration(case):
     """The Numba flow solver (used for m > 4 and certificates) gives the enumeration's mask."""
@@ -185,6 +187,7 @@ def test_flow_kernel_equals_enumeration_on_many_tiles(n):
         np.testing.assert_array_equal(transposable_mask(scores, n, 4), expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("n", "m"), [(2, 4), (1, 4), (3, 4), (4, 4), (1, 3), (2, 3), (1, 2), (1, 1)]
 )
@@ -240,6 +243,7 @@ def _run_network(network, values):
     return values
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [1, 2, 4, 8, 16])
 def test_selection_network_selects_on_every_0_1_input(size):
     """By the 0-1 principle, a comparator network that puts the k-th largest on wire k
@@ -272,6 +276,7 @@ def test_selection_network_on_32_wires_and_ties():
         np.testing.assert_array_equal(got, expected[:, wire])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("n", "m"), [(4, 8), (3, 6), (1, 2), (8, 16)])
 def test_blocks_of_tiles_mixing_every_kind_of_tile(n, m):
     """The kernel loads and starts START_LANES tiles at once: zero, too-wide (truncated and
@@ -388,6 +393,7 @@ def test_wide_dynamic_range_tiles_use_the_exact_python_path():
         np.testing.assert_array_equal(transposable_mask(tie, 2, 4, method=method), expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("n", "m"), [(2, 4), (4, 8), (8, 16)])
 def test_float64_scores_take_the_certified_fast_path(n, m):
     # 53-bit significands: too wide for int64 units; solved on floor units and
@@ -466,6 +472,7 @@ def networkx_optimum(tile: np.ndarray, n: int) -> Fraction:
     return Fraction(-cost) * Fraction(2) ** exponent
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("n", "m"), [(2, 4), (4, 8), (3, 8), (8, 16)])
 def test_optimum_matches_highs_and_networkx(n, m):
     rng = np.random.default_rng(n * 31 + m)
@@ -485,6 +492,7 @@ def test_optimum_matches_highs_and_networkx(n, m):
             assert highs_optimum(tile, n) == pytest.approx(float(exact), rel=1e-9, abs=1e-9)
 
 
+@pytest.mark.slow
 @given(score_matrices())
 def test_optimum_is_at_most_the_row_only_and_column_only_optima(case):
     scores, n, m = case
@@ -496,6 +504,7 @@ def test_optimum_is_at_most_the_row_only_and_column_only_optima(case):
         assert (optimum <= per_tile + 1e-9 * (1 + np.abs(per_tile))).all()
 
 
+@pytest.mark.slow
 @given(score_matrices(), st.randoms(use_true_random=False))
 def test_optimum_is_invariant_under_permutations_inside_a_tile(case, random):
     scores, n, m = case

@@ -51,6 +51,7 @@ def test_cuda_without_a_gpu_is_a_clear_error(capsys):
     assert "torch.cuda.is_available() is False" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_verify_quick_over_every_suite_passes_with_zero_mismatches():
     from nmsim.verify import run_verify
 

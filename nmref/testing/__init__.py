@@ -15,6 +15,7 @@ Contents
 - :mod:`nmref.testing.strategies`: hypothesis strategies (needs hypothesis).
 - checks: :func:`check_nm_mask`, :func:`check_magnitude_mask`,
   :func:`check_mask_error_rules`, :func:`check_sparse_training`,
+  :func:`check_transposable_mask`,
   :func:`check_golden_vectors` (in :mod:`nmref.testing.golden`).
 
 This package imports NumPy and nmref only (hypothesis only in ``strategies``):
@@ -40,6 +41,7 @@ from nmref.testing.masks import (
 )
 from nmref.testing.report import ConformanceError, Failure, Report
 from nmref.testing.training import TRAINING_METHODS, check_sparse_training, training_cases
+from nmref.testing.transposable import check_transposable_mask, transposable_cases
 
 __all__ = [
     "DTYPE_NAMES",
@@ -54,9 +56,11 @@ __all__ = [
     "check_mask_error_rules",
     "check_nm_mask",
     "check_sparse_training",
+    "check_transposable_mask",
     "compare_masks",
     "generate_cases",
     "round_to_bfloat16",
     "standard_cases",
     "training_cases",
+    "transposable_cases",
 ]

@@ -1,15 +1,17 @@
 """Golden vectors: stored inputs and expected outputs that pin the spec's answers.
 
-``specs/vectors/manifest.json`` lists the vectors; each is an ``.npz`` file
-(read with ``allow_pickle=False``) holding ``input`` and ``expected`` arrays.
-A ``"bfloat16"`` vector stores its input as the exact float32 upcast. The files
-are written by ``specs/vectors/make_vectors.py`` from the readable reference
+The vectors ship with nmref as package data (``nmref/testing/data/vectors``), so an
+installed wheel carries the whole oracle. ``manifest.json`` lists them; each is an
+``.npz`` file (read with ``allow_pickle=False``) holding ``input`` and ``expected``
+arrays. A ``"bfloat16"`` vector stores its input as the exact float32 upcast. The
+files are written by ``scripts/golden/make_vectors.py`` from the readable reference
 and never edited by hand; the manifest records each file's SHA-256.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,7 +24,13 @@ from nmref.testing.cases import Case
 from nmref.testing.masks import compare_masks
 from nmref.testing.report import Failure, Report
 
-__all__ = ["GoldenVector", "check_golden_vectors", "default_vectors_dir", "load_vectors"]
+__all__ = [
+    "GoldenVector",
+    "check_golden_vectors",
+    "default_vectors_dir",
+    "load_vectors",
+    "nmref_implementation",
+]
 
 SCHEMA_VERSION = 1
 
@@ -48,8 +56,46 @@ class GoldenVector:
 
 
 def default_vectors_dir() -> Path:
-    """``specs/vectors`` of the source tree this package was imported from."""
-    return Path(__file__).resolve().parents[2] / "specs" / "vectors"
+    """The golden vectors shipped with this nmref (package data, found by ``importlib.resources``).
+
+    Returns
+    -------
+    Path
+        ``data/vectors`` of the installed ``nmref.testing`` package, in a wheel
+        install and in a source checkout alike.
+    """
+    vectors = importlib.resources.files("nmref.testing") / "data" / "vectors"
+    # nmref is installed as a directory (never as a zip), so the resource is a real
+    # folder; callers glob it and hand it to np.load.
+    return Path(str(vectors))
+
+
+def nmref_implementation(vector: GoldenVector) -> Callable[[NDArray, int, int], object]:
+    """nmref's fast path for a golden vector, as ``impl(input, n, m)``.
+
+    The function named by ``vector.function``, with the vector's layout, method or
+    permutation bound; pass it to :func:`check_golden_vectors` to check nmref itself
+    against the stored outputs (what ``nmsim verify`` does without torch).
+    """
+    import nmref
+
+    if vector.function == "nm_mask":
+        return nmref.nm_mask
+    if vector.function.startswith("transposable_mask["):
+        from nmref.transposable import transposable_mask
+
+        method = vector.function[len("transposable_mask[") : -1]
+        return lambda scores, n, m: transposable_mask(scores, n, m, method=method)
+    if vector.function == "bimask.backward_mask":
+        from nmref import bimask
+
+        def backward(weights: NDArray, n: int, m: int) -> NDArray:
+            forward = bimask.forward_mask(weights, n, m, layout=vector.layout)
+            permutation = vector.extras["permutation"]
+            return bimask.backward_mask(weights, forward, permutation, n, m, layout=vector.layout)
+
+        return backward
+    return lambda weights, n, m: nmref.magnitude_mask(weights, n, m, layout=vector.layout)
 
 
 def file_digest(path: Path) -> str:

@@ -1,4 +1,4 @@
-"""Regenerate specs/golden/transposable.json (run from the repository root).
+"""Regenerate nmref/testing/data/golden/transposable.json (run from the repository root).
 
 The inputs are stored literally (never seeds). The expected masks come from
 nmref at the time of writing and were checked when written: the exact masks of
@@ -15,6 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from nmref.transposable import transposable_mask, transposable_optimum
+
+# Package data: the tests read these files through importlib.resources.
+GOLDEN_DIR = Path(__file__).resolve().parents[2] / "nmref" / "testing" / "data" / "golden"
 
 
 def cases():
@@ -54,7 +57,7 @@ def main() -> None:
                 "optimum": transposable_optimum(scores, n, m).tolist(),
             }
         )
-    path = Path(__file__).with_name("transposable.json")
+    path = GOLDEN_DIR / "transposable.json"
     path.write_text(json.dumps({"spec": "specs/transposable.md", "cases": out}, indent=None) + "\n")
     print(f"wrote {len(out)} cases to {path}")
 

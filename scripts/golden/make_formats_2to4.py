@@ -2,7 +2,7 @@
 
 Run from the repository root with torch 2.13 installed (CPU is enough)::
 
-    python specs/golden/make_formats_2to4.py
+    python scripts/golden/make_formats_2to4.py
 
 The expected ``values`` and ``metadata`` come from PyTorch's own converter
 (``torch.sparse._semi_structured_conversions.sparse_semi_structured_from_dense_cutlass``), not
@@ -23,6 +23,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch.sparse._semi_structured_conversions import sparse_semi_structured_from_dense_cutlass
+
+# Package data: the tests read these files through importlib.resources.
+GOLDEN_DIR = Path(__file__).resolve().parents[2] / "nmref" / "testing" / "data" / "golden"
 
 SHAPES = {"fp16": (32, 64), "bf16": (32, 64), "fp32": (32, 32), "int8": (16, 128)}
 TORCH_DTYPES = {
@@ -70,7 +73,7 @@ def main() -> None:
         arrays[f"{kind}/dense"] = dense
         arrays[f"{kind}/values"] = values.numpy()
         arrays[f"{kind}/metadata"] = metadata.numpy()
-    out = Path(__file__).with_name("formats_2to4.npz")
+    out = GOLDEN_DIR / "formats_2to4.npz"
     np.savez_compressed(out, **arrays)
     print(f"wrote {out} with torch {torch.__version__}")
 

@@ -1,4 +1,4 @@
-"""Regenerate the golden vectors in this folder: ``python specs/vectors/make_vectors.py``.
+"""Regenerate the golden vectors: ``python scripts/golden/make_vectors.py``.
 
 Inputs come from the kit's deterministic case families (stored as arrays, so
 the vectors never depend on a random generator again); expected outputs come
@@ -18,8 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1]))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+# Package data of nmref.testing, so an installed nmref carries its own oracle.
+HERE = ROOT / "nmref" / "testing" / "data" / "vectors"
 
 import nmref  # noqa: E402
 from nmref.masks import nm_mask_reference  # noqa: E402
@@ -183,7 +185,7 @@ def build() -> tuple[dict[str, bytes], dict]:
     transposable_vectors(files, entries)
     manifest = {
         "schema_version": 1,
-        "generator": "specs/vectors/make_vectors.py",
+        "generator": "scripts/golden/make_vectors.py",
         "expected_by": (
             "masks: nmref.nm_mask_reference (readable), equal to the fast path; "
             "Bi-Mask: nmref.bimask.backward_mask (forward mask by nmref.bimask.forward_mask); "

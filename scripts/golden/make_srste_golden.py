@@ -15,6 +15,9 @@ import numpy as np
 
 from nmref import srste
 
+# Package data: the tests read these files through importlib.resources.
+GOLDEN_DIR = Path(__file__).resolve().parents[2] / "nmref" / "testing" / "data" / "golden"
+
 SETTINGS = {"lr": 0.1, "decay": 0.05, "momentum": 0.9, "weight_decay": 5e-5}
 
 
@@ -34,7 +37,7 @@ def main() -> None:
             f"{name}/final": final,
             f"{name}/masks": np.stack(masks),
         }
-    np.savez_compressed(Path(__file__).with_name("srste_golden.npz"), **arrays)
+    np.savez_compressed(GOLDEN_DIR / "srste_golden.npz", **arrays)
 
 
 if __name__ == "__main__":

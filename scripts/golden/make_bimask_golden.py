@@ -15,6 +15,9 @@ import numpy as np
 
 from nmref import bimask
 
+# Package data: the tests read these files through importlib.resources.
+GOLDEN_DIR = Path(__file__).resolve().parents[2] / "nmref" / "testing" / "data" / "golden"
+
 
 def main() -> None:
     rng = np.random.default_rng(20230607)
@@ -56,7 +59,7 @@ def main() -> None:
             f"{name}/backward_mask": backward,
             f"{name}/scores": np.array(scores),
         }
-    np.savez_compressed(Path(__file__).with_name("bimask_golden.npz"), **arrays)
+    np.savez_compressed(GOLDEN_DIR / "bimask_golden.npz", **arrays)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 The file stores the input arrays themselves (not seeds) and the outputs they gave
 when the spec was written; ``tests/test_bame.py::test_golden_vectors`` replays them.
 Rerun only when the spec changes on purpose:
-``PYTHONPATH=. python specs/golden/make_bame_golden.py``.
+``PYTHONPATH=. python scripts/golden/make_bame_golden.py``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ import numpy as np
 
 from nmref.bame import BameConfig, BameState, evolve_mask
 from nmref.masks import nm_mask
+
+# Package data: the tests read these files through importlib.resources.
+GOLDEN_DIR = Path(__file__).resolve().parents[2] / "nmref" / "testing" / "data" / "golden"
 
 CASES = {
     "default_2of4": {"n": 2, "m": 4},
@@ -87,7 +90,7 @@ def main() -> None:
         for f in fields(BameState):
             arrays[f"{name}/expected_state_{f.name}"] = np.asarray(getattr(result.state, f.name))
         print(name, "blocks changed:", int(result.selected.sum()), "budget:", result.budget)
-    np.savez_compressed(Path(__file__).with_name("bame_evolve.npz"), **arrays)
+    np.savez_compressed(GOLDEN_DIR / "bame_evolve.npz", **arrays)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
-"""Regenerate ``specs/golden/masks.json``: golden vectors for 1-D N:M masks.
+"""Regenerate ``nmref/testing/data/golden/masks.json``: golden vectors for 1-D N:M masks.
 
 Expected masks come from brute-force enumeration (``tests/naive.py``), not
 from nmref, so the vectors are an independent pin. Inputs are stored as
 literal arrays (never seeds). Run from the repository root:
 
-    python specs/golden/make_masks_golden.py
+    python scripts/golden/make_masks_golden.py
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.naive import brute_force_mask  # noqa: E402
+
+# Package data: the tests read these files through importlib.resources.
+GOLDEN_DIR = Path(__file__).resolve().parents[2] / "nmref" / "testing" / "data" / "golden"
 
 
 def case(name, scores, n, m, *, magnitude, dtype="float64", note=""):
@@ -52,7 +55,7 @@ def main() -> None:
         case("three_of_eight", np.round(rng.standard_normal((2, 16)), 3), 3, 8, magnitude=False),
         case("int8_extreme", [[-128, 127, 1, -1]], 1, 4, magnitude=True, dtype="int8"),
     ]
-    path = Path(__file__).with_name("masks.json")
+    path = GOLDEN_DIR / "masks.json"
     path.write_text(json.dumps({"schema_version": 1, "cases": cases}, indent=1) + "\n")
     print(f"wrote {len(cases)} cases to {path}")
 
