@@ -40,6 +40,7 @@ install_moved_modules(
         "nmsim.report_cli": "nmsim.cli.report",
         "nmsim.perf_cli": "nmsim.cli.perf",
         "nmsim.format_commands": "nmsim.cli.formats",
+        "nmsim.verify": "nmsim.cli.verify",
     }
 )
 

@@ -8,11 +8,12 @@ import sys
 import pytest
 
 import nmref  # noqa: F401  (registers nmref's moves)
+import nmsim  # registers nmsim's moves
 from nmref._deprecation import MOVED_MODULES, install_moved_modules
 
-try:  # nmsim registers its own moves on import
-    import nmsim  # noqa: F401
-except ImportError:  # pragma: no cover - nmsim is part of this distribution
+try:  # the torch path registers its own moves, when torch is installed
+    import nmsim.torch  # noqa: F401
+except ImportError:
     pass
 
 

@@ -13,7 +13,7 @@ from nmsim.torch import conformance  # noqa: E402
 
 
 def test_verify_is_registered():
-    assert "nmsim.verify" in SUBCOMMANDS
+    assert "nmsim.cli.verify" in SUBCOMMANDS
 
 
 def test_verify_quick_passes_and_prints_the_table(capsys):
@@ -36,7 +36,7 @@ def test_verify_exits_one_and_shows_the_counterexample(monkeypatch):
         ),
     )
     monkeypatch.setitem(conformance.SUITES, broken.name, broken)
-    from nmsim.verify import run_verify
+    from nmsim.cli.verify import run_verify
 
     out = io.StringIO()
     assert run_verify("cpu", quick=True, only="broken", out=out) == 1
@@ -53,7 +53,7 @@ def test_cuda_without_a_gpu_is_a_clear_error(capsys):
 
 @pytest.mark.slow
 def test_verify_quick_over_every_suite_passes_with_zero_mismatches():
-    from nmsim.verify import run_verify
+    from nmsim.cli.verify import run_verify
 
     out = io.StringIO()
     assert run_verify("cpu", quick=True, out=out) == 0

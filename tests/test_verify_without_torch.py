@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from nmref.testing.golden import default_vectors_dir, file_digest
-from nmsim.verify import run_verify
+from nmsim.cli.verify import run_verify
 
 ROOT = Path(__file__).resolve().parents[1]
 

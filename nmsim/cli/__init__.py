@@ -4,7 +4,8 @@ Each subcommand lives in its own module and registers through ``SUBCOMMANDS``:
 a module named there provides ``add_parser(subparsers)`` (which sets
 ``func`` on its parser) so that this file stays a thin dispatcher and imports
 nothing heavy until a subcommand runs. One module per command family
-(:mod:`~nmsim.cli.formats`, :mod:`~nmsim.cli.perf`, :mod:`~nmsim.cli.report`);
+(:mod:`~nmsim.cli.formats`, :mod:`~nmsim.cli.perf`, :mod:`~nmsim.cli.report`,
+:mod:`~nmsim.cli.verify`);
 they share :mod:`~nmsim.cli.tables` for cells, ratios and JSON, never each other.
 """
 
@@ -21,7 +22,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "nmsim.cli.formats",
     "nmsim.cli.perf",
     "nmsim.cli.report",
-    "nmsim.verify",
+    "nmsim.cli.verify",
 )
 
 
