@@ -37,8 +37,18 @@ from nmref.transposable import (
 from nmref.transposable._driver import solve_exact as _solve_exact  # the flow kernel on its own
 from nmref.transposable._enumeration_kernels import float64_exact_binades
 from nmref.transposable._flow_kernels import START_LANES, _selection_network
+from nmref.transposable._small import kernels_only
 
 GOLDEN = importlib.resources.files("nmref.testing") / "data" / "golden" / "transposable.json"
+
+
+@pytest.fixture(autouse=True)
+def _kernels_for_every_call():
+    """These tests pin the kernels: small calls would otherwise take the NumPy path, which
+    tests/test_transposable_small.py checks against them."""
+    with kernels_only():
+        yield
+
 
 EXACT_METHODS = ("exact", "brute")
 

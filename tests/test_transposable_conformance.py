@@ -1,6 +1,6 @@
 """One conformance suite for transposable masks, parametrised over every implementation:
-nmref readable, the nmref kernel (serial and parallel), brute force, and nmsim.torch on CPU
-(and CUDA when present). Zero mismatches allowed.
+nmref readable, the nmref kernel (serial and parallel), brute force, the NumPy path that
+small calls take, and nmsim.torch on CPU (and CUDA when present). Zero mismatches allowed.
 
 ``check_transposable_mask`` compares each output with the nmref kernel of the method it is
 told (bit for bit, and by objective): brute force is checked as ``"exact"``, since both must
@@ -15,6 +15,7 @@ import pytest
 
 import nmref
 from nmref.testing import check_transposable_mask, transposable_cases
+from nmref.transposable._small import kernels_only
 
 DTYPES = ["float16", "bfloat16", "float32", "int8"]
 GREEDY = ["greedy", "greedy-prune"]
@@ -23,7 +24,13 @@ BRUTE_MAX_M = 5
 
 
 def _kernel(scores, n, m, *, method, parallel=False):
-    return nmref.transposable_mask(scores, n, m, method=method, parallel=parallel)
+    with kernels_only():  # small calls would otherwise take the NumPy path
+        return nmref.transposable_mask(scores, n, m, method=method, parallel=parallel)
+
+
+def _small_calls(scores, n, m, *, method):
+    # The public call as users make it: small m <= 4 calls run the vectorised NumPy path.
+    return nmref.transposable_mask(scores, n, m, method=method)
 
 
 def _readable(scores, n, m, *, method):
@@ -76,6 +83,13 @@ IMPLEMENTATIONS = {
         lambda dtype: functools.partial(_kernel, method="exact", parallel=True),
     ),
     "nmref-kernel[brute]": ("brute", lambda dtype: functools.partial(_kernel, method="brute")),
+    **{
+        f"nmref-numpy-small[{method}]": (
+            method,
+            lambda dtype, k=method: functools.partial(_small_calls, method=k),
+        )
+        for method in ("exact", "brute", *GREEDY)
+    },
     **_torch_implementations(),
 }
 

@@ -38,6 +38,7 @@ from nmref.patterns import check_pattern
 from nmref.transposable import flow
 from nmref.transposable._driver import (
     ENUMERATION_MAX_PATTERNS,
+    exact_mask,
     greedy_mask,
     masked_units,
     solve_exact,
@@ -226,7 +227,7 @@ def transposable_mask(
         raise ValueError(f"method='brute' needs m <= {BRUTE_MAX_M}, got m={pattern.m}")
     if greedy:
         return greedy_mask(array, pattern, prune_form=method == "greedy-prune")
-    return solve_exact(array, pattern, method=method, parallel=parallel, sums=False).mask
+    return exact_mask(array, pattern, method=method, parallel=parallel)
 
 
 def transposable_optimum(scores: ArrayLike, n: int, m: int) -> NDArray[np.float64]:

@@ -129,7 +129,9 @@ def solve_exact(
         # The kernels see every value, so the caller may skip its own pass over
         # the scores; this names the first bad index.
         check_finite_scores(array, "scores")
-    kept_sum = np.ldexp(kept_units.astype(np.float64), exponents.astype(np.int32))
+    with np.errstate(over="ignore"):
+        # A kept sum beyond float64's range rounds to inf, as IEEE rounding of the exact sum does.
+        kept_sum = np.ldexp(kept_units.astype(np.float64), exponents.astype(np.int32))
     # Exact kept sums per tile as (units, exponent): Python ints only where needed.
     kept_exact: dict[int, tuple[int, int]] = {}
     row_potentials = column_potentials = None
@@ -337,8 +339,29 @@ def _exact_floats(units, exponent: int) -> NDArray[np.float64]:
     return np.array(values, dtype=np.float64)
 
 
+def exact_mask(
+    array: NDArray, pattern: Pattern, *, method: str, parallel: bool
+) -> NDArray[np.bool_]:
+    """The exact (or brute) mask alone: small serial calls by NumPy enumeration, else kernels.
+
+    Both give the canonical optimum (:mod:`~nmref.transposable._small` says when NumPy may).
+    """
+    if method in ("exact", "brute") and not parallel:
+        from nmref.transposable import _small
+
+        mask = _small.exact_mask(array, pattern)
+        if mask is not None:
+            return mask
+    return solve_exact(array, pattern, method=method, parallel=parallel, sums=False).mask
+
+
 def greedy_mask(array: NDArray, pattern: Pattern, prune_form: bool) -> NDArray[np.bool_]:
-    """Greedy mask of every tile by the Numba kernel; the scores must be finite."""
+    """Greedy mask of every tile (NumPy for small calls, else the kernel); scores finite."""
+    from nmref.transposable import _small
+
+    small = _small.greedy_mask(array, pattern, prune_form)
+    if small is not None:
+        return small
     from nmref.transposable import _greedy_kernels
 
     # Only comparisons matter: the kernel turns the bits of float64, int64 or
