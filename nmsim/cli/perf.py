@@ -75,7 +75,7 @@ def _run_gpus(args: argparse.Namespace) -> int:
         )
     print_table(
         "GPUs (TFLOP/s dense/sparse; sparse = dense-equivalent 2:4, TF32 1:2; "
-        "* = not confirmed in a primary source; see nmsim/data/gpus.toml)",
+        "* = unconfirmed by a primary source; see nmsim/data/gpus.toml)",
         [
             "gpu",
             "arch",
