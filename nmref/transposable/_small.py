@@ -100,6 +100,15 @@ def _sums_are_exact(tiles: NDArray[np.float64], terms: int) -> bool:
     return bool(fits.all())
 
 
+def _small_call_tiles(array: NDArray, pattern: Pattern) -> NDArray[np.float64] | None:
+    """The float64 tiles of a call this module takes, or ``None`` when the kernels take it."""
+    m = pattern.m
+    if m > _MAX_M or m == 0 or array.size // (m * m) > MAX_TILES:
+        return None
+    values = _exact_float64(array)
+    return None if values is None else _tiles(values, m)
+
+
 def exact_mask(array: NDArray, pattern: Pattern) -> NDArray[np.bool_] | None:
     """The canonical optimal mask by vectorised enumeration, or ``None`` to use the kernels.
 
@@ -107,15 +116,11 @@ def exact_mask(array: NDArray, pattern: Pattern) -> NDArray[np.bool_] | None:
     large or ``m`` too wide for enumeration here, or when a float64 sum could round.
     """
     n, m = pattern
-    tiles_count = array.size // (m * m) if m else 0
-    if m > _MAX_M or m == 0 or tiles_count > MAX_TILES:
+    tiles = _small_call_tiles(array, pattern)
+    if tiles is None:
         return None
     # The kernels report a NaN or an infinity with this error; so does this path.
     check_finite_scores(array, "scores")
-    values = _exact_float64(array)
-    if values is None:
-        return None
-    tiles = _tiles(values, m)
     if not _sums_are_exact(tiles, n * m):
         return None
     choices, table = pattern_table(n, m)
@@ -129,13 +134,9 @@ def exact_mask(array: NDArray, pattern: Pattern) -> NDArray[np.bool_] | None:
 def greedy_mask(array: NDArray, pattern: Pattern, prune_form: bool) -> NDArray[np.bool_] | None:
     """The greedy mask of every tile (keep or prune form), or ``None`` to use the kernels."""
     n, m = pattern
-    tiles_count = array.size // (m * m) if m else 0
-    if m > _MAX_M or m == 0 or tiles_count > MAX_TILES:
+    tiles = _small_call_tiles(array, pattern)
+    if tiles is None:
         return None
-    values = _exact_float64(array)
-    if values is None:
-        return None
-    tiles = _tiles(values, m)
     # Descending score, lower flat index first among equals (-0.0 == 0.0 compare equal).
     order = np.argsort(-tiles, axis=1, kind="stable")
     everything = np.arange(len(tiles))
