@@ -43,6 +43,7 @@ ADDED_GPUS = (
     "rtx-4070",
     "rtx-a4000",
     "rtx-a5000",
+    "jetson-agx-orin",
 )
 GEFORCE_AMPERE = ("rtx-3090", "rtx-3060", "rtx-3070", "rtx-3080")
 GEFORCE_ADA = ("rtx-4090", "rtx-4060-ti", "rtx-4070", "rtx-4070-ti-super", "rtx-4080")
@@ -77,6 +78,7 @@ FLOP_PER_CLOCK = {
     "rtx-4070": (1024, "fp16"),
     "rtx-a4000": (1024, "fp32"),
     "rtx-a5000": (1024, "fp32"),
+    "jetson-agx-orin": (2048, "fp16"),
 }
 
 
@@ -191,8 +193,13 @@ def test_added_gpus_flag_what_no_primary_source_gave() -> None:
     l40 = get_gpu("l40")
     assert l40.peak("bf16").confirmed and not l40.peak("fp16", "fp32").confirmed
     l4 = get_gpu("l4")
-    assert l4.peak("tf32").confirmed and l4.peak("int8").confirmed
-    assert not l4.peak("fp16", "fp32").confirmed and not l4.sms.confirmed
+    assert all(p.confirmed for p in l4.peaks if p.accumulate != "fp16")
+    assert not l4.peak("fp16", "fp16").confirmed and not l4.sms.confirmed
+    orin = get_gpu("jetson-agx-orin")
+    assert orin.peak("int8").confirmed and orin.memory_bandwidth_gb_s.confirmed
+    assert not orin.sms.confirmed and not orin.peak("fp16", "fp16").confirmed
+    with pytest.raises(ValueError, match="available input/accumulate pairs: fp16/fp16, int8/int32"):
+        orin.peak("fp16")  # no source gives the FP32-accumulate rate: absent, not guessed
     a4000 = get_gpu("rtx-a4000")
     assert a4000.memory_gb.confirmed and not any(p.confirmed for p in a4000.peaks)
 
