@@ -38,6 +38,7 @@ ADDED_GPUS = (
     "a100-pcie-40gb",
     "a100-pcie-80gb",
     "h800",
+    "gh200",
     "rtx-3070",
     "rtx-4060-ti",
     "rtx-4070",
@@ -73,6 +74,7 @@ FLOP_PER_CLOCK = {
     "a100-pcie-40gb": (2048, "fp32"),
     "a100-pcie-80gb": (2048, "fp32"),
     "h800": (4096, "fp32"),
+    "gh200": (4096, "fp32"),
     "rtx-3070": (1024, "fp16"),
     "rtx-4060-ti": (1024, "fp16"),
     "rtx-4070": (1024, "fp16"),
@@ -122,6 +124,7 @@ def test_tf32_is_half_and_int8_twice_fp16_on_datacentre_parts() -> None:
         "a100-pcie-80gb",
         "a30",
         "h800",
+        "gh200",
         "l4",
         "l40",
         "a40",
@@ -180,6 +183,7 @@ def test_added_gpus_flag_what_no_primary_source_gave() -> None:
         "a100-pcie-40gb",
         "a100-pcie-80gb",
         "h800",
+        "gh200",
         "rtx-a5000",
     )
     for gpu in derived:
