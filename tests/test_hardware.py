@@ -24,6 +24,31 @@ ISSUE_GPUS = (
     "b200",
 )
 
+# Added for the published dense vs 2:4 measurements (gpus.toml, second block).
+ADDED_GPUS = (
+    "rtx-a6000",
+    "l4",
+    "rtx-3060",
+    "rtx-4070-ti-super",
+    "rtx-3080",
+    "rtx-4080",
+    "a40",
+    "a30",
+    "l40",
+    "a100-pcie-40gb",
+    "a100-pcie-80gb",
+    "h800",
+    "gh200",
+    "rtx-3070",
+    "rtx-4060-ti",
+    "rtx-4070",
+    "rtx-a4000",
+    "rtx-a5000",
+    "jetson-agx-orin",
+)
+GEFORCE_AMPERE = ("rtx-3090", "rtx-3060", "rtx-3070", "rtx-3080")
+GEFORCE_ADA = ("rtx-4090", "rtx-4060-ti", "rtx-4070", "rtx-4070-ti-super", "rtx-4080")
+
 # Dense FP16 tensor FLOP per clock per SM (from the architecture whitepapers; not re-read [M]), the accumulate dtype at which
 # the part runs at that rate, and GPUs whose datasheet peak is quoted at a boost clock
 # slightly above the sustained one (relative tolerance).
@@ -37,18 +62,38 @@ FLOP_PER_CLOCK = {
     "a10": (1024, "fp32"),
     "rtx-3090": (1024, "fp16"),
     "rtx-4090": (1024, "fp16"),
+    "rtx-a6000": (1024, "fp32"),
+    "l4": (1024, "fp32"),
+    "rtx-3060": (1024, "fp16"),
+    "rtx-4070-ti-super": (1024, "fp16"),
+    "rtx-3080": (1024, "fp16"),
+    "rtx-4080": (1024, "fp16"),
+    "a40": (1024, "fp16"),
+    "a30": (2048, "fp32"),
+    "l40": (512, "fp32"),
+    "a100-pcie-40gb": (2048, "fp32"),
+    "a100-pcie-80gb": (2048, "fp32"),
+    "h800": (4096, "fp32"),
+    "gh200": (4096, "fp32"),
+    "rtx-3070": (1024, "fp16"),
+    "rtx-4060-ti": (1024, "fp16"),
+    "rtx-4070": (1024, "fp16"),
+    "rtx-a4000": (1024, "fp32"),
+    "rtx-a5000": (1024, "fp32"),
+    "jetson-agx-orin": (2048, "fp16"),
 }
 
 
 def test_database_holds_every_gpu_the_issue_names() -> None:
     assert set(ISSUE_GPUS) <= set(gpu_names())
+    assert set(ADDED_GPUS) <= set(gpu_names())
 
 
 def test_data_file_ships_inside_the_package() -> None:
     assert resources.files("nmsim").joinpath("data/gpus.toml").is_file()
 
 
-@pytest.mark.parametrize("gpu", ISSUE_GPUS)
+@pytest.mark.parametrize("gpu", ISSUE_GPUS + ADDED_GPUS)
 def test_sparse_peak_is_twice_dense_and_pattern_matches_dtype(gpu: str) -> None:
     for peak in get_gpu(gpu).peaks:
         # Vendor tables round independently (L40S: 362 / 733), hence 1.5 %.
@@ -69,7 +114,21 @@ def test_fp16_peak_equals_sms_times_rate_times_clock(gpu: str) -> None:
 
 
 def test_tf32_is_half_and_int8_twice_fp16_on_datacentre_parts() -> None:
-    for gpu in ("a100-sxm4-80gb", "h100-sxm", "h100-pcie", "l40s", "b200"):
+    for gpu in (
+        "a100-sxm4-80gb",
+        "h100-sxm",
+        "h100-pcie",
+        "l40s",
+        "b200",
+        "a100-pcie-40gb",
+        "a100-pcie-80gb",
+        "a30",
+        "h800",
+        "gh200",
+        "l4",
+        "l40",
+        "a40",
+    ):
         g = get_gpu(gpu)
         fp16 = g.peak("fp16").dense_tflops
         assert g.peak("tf32").dense_tflops == pytest.approx(fp16 / 2, rel=0.025)  # B200: 1100
@@ -77,15 +136,76 @@ def test_tf32_is_half_and_int8_twice_fp16_on_datacentre_parts() -> None:
 
 
 def test_consumer_cards_halve_fp16_with_fp32_accumulate() -> None:
-    for gpu in ("rtx-3090", "rtx-4090"):
+    for gpu in GEFORCE_AMPERE + GEFORCE_ADA:
         g = get_gpu(gpu)
         assert g.peak("fp16", "fp32").dense_tflops == pytest.approx(
             g.peak("fp16", "fp16").dense_tflops / 2, rel=0.01
         )
-    g = get_gpu("rtx-4090")
-    assert g.peak("fp8", "fp32").dense_tflops == pytest.approx(
-        g.peak("fp8", "fp16").dense_tflops / 2, rel=0.01
+        assert g.peak("bf16").dense_tflops == g.peak("fp16", "fp32").dense_tflops
+    for gpu in GEFORCE_ADA:
+        g = get_gpu(gpu)
+        assert g.peak("fp8", "fp32").dense_tflops == pytest.approx(
+            g.peak("fp8", "fp16").dense_tflops / 2, rel=0.01
+        )
+    for gpu in GEFORCE_AMPERE:  # Ampere has no FP8 tensor path
+        assert all(p.input != "fp8" for p in get_gpu(gpu).peaks)
+
+
+def test_workstation_and_datacentre_parts_run_fp32_accumulate_at_full_rate() -> None:
+    for gpu in ("a40", "rtx-a6000", "rtx-a4000", "rtx-a5000", "l4", "a30"):
+        g = get_gpu(gpu)
+        assert g.peak("fp16", "fp32").dense_tflops == g.peak("fp16", "fp16").dense_tflops
+        assert g.peak("bf16").dense_tflops == g.peak("fp16", "fp32").dense_tflops
+
+
+def test_l40_is_half_the_l40s_and_has_no_unsourced_fp16_accumulate_row() -> None:
+    l40, l40s = get_gpu("l40"), get_gpu("l40s")
+    for dtype in ("bf16", "tf32", "fp8", "int8"):
+        assert l40.peak(dtype).dense_tflops == pytest.approx(
+            l40s.peak(dtype).dense_tflops / 2, rel=0.025
+        )
+    with pytest.raises(ValueError, match="accumulate='fp16'"):
+        l40.peak("fp16", "fp16")
+    assert l40.l2_mb is None
+
+
+def test_added_gpus_flag_what_no_primary_source_gave() -> None:
+    derived = (
+        "rtx-a6000",
+        "rtx-3060",
+        "rtx-3070",
+        "rtx-3080",
+        "rtx-4060-ti",
+        "rtx-4070",
+        "rtx-4070-ti-super",
+        "rtx-4080",
+        "a30",
+        "a100-pcie-40gb",
+        "a100-pcie-80gb",
+        "h800",
+        "gh200",
+        "rtx-a5000",
     )
+    for gpu in derived:
+        g = get_gpu(gpu)
+        assert not g.sms.confirmed and not g.memory_bandwidth_gb_s.confirmed
+        assert all(not p.confirmed for p in g.peaks)
+    a40 = get_gpu("a40")
+    assert a40.memory_bandwidth_gb_s.confirmed and a40.peak("bf16").confirmed
+    assert not a40.sms.confirmed and not a40.clock_mhz.confirmed  # type: ignore[union-attr]
+    assert "peak fp16/fp32" in a40.unconfirmed_fields  # inferred from the BF16 row
+    l40 = get_gpu("l40")
+    assert l40.peak("bf16").confirmed and not l40.peak("fp16", "fp32").confirmed
+    l4 = get_gpu("l4")
+    assert all(p.confirmed for p in l4.peaks if p.accumulate != "fp16")
+    assert not l4.peak("fp16", "fp16").confirmed and not l4.sms.confirmed
+    orin = get_gpu("jetson-agx-orin")
+    assert orin.peak("int8").confirmed and orin.memory_bandwidth_gb_s.confirmed
+    assert not orin.sms.confirmed and not orin.peak("fp16", "fp16").confirmed
+    with pytest.raises(ValueError, match="available input/accumulate pairs: fp16/fp16, int8/int32"):
+        orin.peak("fp16")  # no source gives the FP32-accumulate rate: absent, not guessed
+    a4000 = get_gpu("rtx-a4000")
+    assert a4000.memory_gb.confirmed and not any(p.confirmed for p in a4000.peaks)
 
 
 def test_unconfirmed_values_are_flagged_as_the_notes_tag_them() -> None:
