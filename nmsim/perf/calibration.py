@@ -122,6 +122,9 @@ SHRINKAGE = 0.5
 #: Structure of the calibrated model (not fitted): the torch.sparse calls never split k.
 STRUCTURE = GemmParameters(sparse_split_k=(1,))
 
+#: Weight of a row by its source's trust (a low-trust source counts half).
+TRUST_WEIGHT: dict[str, float] = {"high": 1.0, "medium": 1.0, "low": 0.5}
+
 #: Minimum rows of a scope before it gets its own value.
 MIN_SCOPE_ROWS = 3
 
@@ -303,7 +306,10 @@ def _design(rows: Sequence[Measurement], structure: GemmParameters = STRUCTURE) 
         measured_sparse=seconds(
             [None if r.sparse_us is None else r.sparse_us / r.count for r in rows]
         ),
-        weight=np.array([1.0 / math.sqrt(per_source[r.source]) for r in rows]),
+        # each source weighs sqrt(its rows): many rows count, one table cannot swamp the rest
+        weight=np.array(
+            [TRUST_WEIGHT[r.trust] / math.sqrt(per_source[r.source]) for r in rows]
+        ),
         structure=structure,
     )
 

@@ -116,6 +116,7 @@ class Measurement:
     sparse_us: float | None = None
     count: int = 1
     tags: tuple[str, ...] = ()
+    trust: str = "medium"
     library_detail: str = ""
     dense_library: str = ""
     gpu_as_printed: str = ""
@@ -255,6 +256,7 @@ def _row(raw: Any, index: int, path: str, sources: dict[str, MeasurementSource])
         sparse_us=sparse,
         count=_positive_int(raw.get("count", 1), "count", where),
         tags=tuple(tags),
+        trust=sources[raw["source"]].trust,
         library_detail=str(raw.get("library_detail", "")),
         dense_library=str(raw.get("dense_library", "")),
         gpu_as_printed=str(raw.get("gpu_as_printed", "")),
