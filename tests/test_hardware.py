@@ -237,8 +237,10 @@ def test_gb10_has_only_the_rows_a_source_supports() -> None:
     # 1 PFLOP FP4 with sparsity = 500 dense; FP16 (FP16 accumulate) is a quarter of it.
     assert g.peak("fp16", "fp16").dense_tflops == pytest.approx(1000 / 2 / 4)
     assert g.peak("fp8", "fp16").dense_tflops == 2 * g.peak("fp16", "fp16").dense_tflops
-    for dtype in ("fp16", "bf16", "fp8", "tf32", "int8"):  # FP32-accumulate and other rates unsourced
-        with pytest.raises(ValueError, match="available input/accumulate pairs: fp16/fp16, fp8/fp16"):
+    # FP32-accumulate, TF32 and INT8 rates are unsourced: absent, not guessed.
+    pairs = "available input/accumulate pairs: fp16/fp16, fp8/fp16"
+    for dtype in ("fp16", "bf16", "fp8", "tf32", "int8"):
+        with pytest.raises(ValueError, match=pairs):
             g.peak(dtype)
 
 
