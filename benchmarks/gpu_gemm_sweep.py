@@ -461,6 +461,22 @@ def print_summary(rows: list[dict[str, Any]], failures: int, skips: int, use_ric
         print(" | ".join(cells))
 
 
+def print_reasons(skips: list[dict[str, Any]], failures: list[dict[str, Any]]) -> None:
+    """One line per skip; failures counted per (dtype, library, level) with the first reason."""
+    for entry in skips:
+        print(f"skip {entry['dtype']}/{entry['library']}: {entry['reason'][:200]}")
+    grouped: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for entry in failures:
+        grouped.setdefault((entry["dtype"], entry["library"], entry["level"]), []).append(entry)
+    for (dtype, library, level), items in sorted(grouped.items()):
+        first = items[0]
+        where = f"m={first.get('m')} n={first.get('n')} k={first.get('k')}"
+        print(
+            f"failed {dtype}/{library}/{level}: {len(items)} shapes, first {where}: "
+            f"{first['reason'][:200]}"
+        )
+
+
 # --------------------------------------------------------------------------- the sweep
 @dataclass
 class Impl:
@@ -1279,6 +1295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
         write_corpus(out_path, tables())
     print_summary(sweep.rows, len(sweep.failures), len(sweep.skips), _rich_wanted(args))
+    print_reasons(sweep.skips, sweep.failures)
     print(
         f"wrote {out_path}: {len(sweep.rows)} rows, {len(sweep.failures)} failures, "
         f"{len(sweep.skips)} skips in {time.perf_counter() - _START:.1f} s"
