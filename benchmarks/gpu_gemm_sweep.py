@@ -1099,6 +1099,54 @@ def dry_run_rows(sweep: Sweep, shapes: Sequence[Shape], dtypes: Sequence[str]) -
                 )
 
 
+def run_plan(
+    sweep: Sweep,
+    groups: Sequence[tuple[Shape, str]],
+    supported: dict[str, dict[str, list[str]]],
+    est_gpu: str,
+    deadline: float,
+    state: dict[str, Any],
+    progress: Progress,
+    flush: Callable[[], None],
+) -> None:
+    """Run the (shape, dtype) groups in order until done or the budget would be passed.
+
+    Before each group its estimated time (nmsim model, scaled by measured / estimated so far)
+    must fit before `deadline`; `state` holds groups done and the stop reason; `flush` writes
+    the corpus file every WRITE_EVERY_S seconds."""
+    torch = sweep.torch
+    last_write = time.perf_counter()
+    est_sum = spent_sum = 0.0
+    in_a_row = 0
+    for shape, dtype in groups:
+        libs = supported[dtype]
+        need = estimate_group_s(shape, dtype, list(libs), sweep.args.repeats, est_gpu)
+        scale = max(1.0, spent_sum / est_sum) if est_sum > 0 else 1.5
+        if time.perf_counter() + need * scale > deadline - 2.0:
+            state["stopped"] = f"budget: {len(groups) - state['done']} groups not run"
+            break
+        t_group = time.perf_counter()
+        try:
+            sweep.run_group(shape, dtype, libs)
+            in_a_row = 0
+        except Exception as exc:  # OOM, or a CUDA error outside the per-call guards
+            for library in libs:
+                sweep.fail(shape, dtype, library, "both", f"group raised: {exc!r}")
+            with contextlib.suppress(Exception):
+                torch.cuda.empty_cache()
+            in_a_row += 1
+            if in_a_row >= 5:  # a sticky CUDA error: the rest would fail the same way
+                state["stopped"] = f"5 groups in a row raised, last: {exc!r}"[:300]
+                break
+        est_sum += need
+        spent_sum += time.perf_counter() - t_group
+        state["done"] += 1
+        progress.advance(f"{shape.label} {dtype}")
+        if time.perf_counter() - last_write > WRITE_EVERY_S:
+            flush()
+            last_write = time.perf_counter()
+
+
 # --------------------------------------------------------------------------- main
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -1228,18 +1276,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "libraries": list(args.libraries),
     }
     sweep = Sweep(args, torch, device, source_id, key, device_name, versions)
-    stopped = ""
-    done_groups = 0
-    last_write = time.perf_counter()
+    state: dict[str, Any] = {"done": 0, "stopped": ""}
 
     def tables() -> dict[str, list[dict[str, Any]]]:
         src = dict(source)
         src.update(
             elapsed_s=round(time.perf_counter() - _START, 1),
-            groups_done=done_groups,
+            groups_done=state["done"],
             rows_written=len(sweep.rows),
-            stopped_early=bool(stopped),
-            stop_reason=stopped or None,
+            stopped_early=bool(state["stopped"]),
+            stop_reason=state["stopped"] or None,
         )
         return {
             "sources": [src],
@@ -1247,6 +1293,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "failures": sweep.failures,
             "skips": sweep.skips,
         }
+
+    def flush() -> None:
+        write_corpus(out_path, tables())
 
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     progress: Progress | None = None
@@ -1265,30 +1314,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             supported = sweep.probe(args.dtypes, args.libraries)
             groups = [(s, d) for s, d in plan_groups if supported.get(d)]
             progress = Progress(len(groups), _rich_wanted(args))
-            est_sum = spent_sum = 0.0  # measured / estimated group time scales the estimate
-            for shape, dtype in groups:
-                libs = supported[dtype]
-                need = estimate_group_s(shape, dtype, list(libs), args.repeats, est_gpu)
-                scale = max(1.0, spent_sum / est_sum) if est_sum > 0 else 1.5
-                if time.perf_counter() + need * scale > deadline - 2.0:
-                    stopped = f"budget: {len(groups) - done_groups} groups not run"
-                    break
-                t_group = time.perf_counter()
-                try:
-                    sweep.run_group(shape, dtype, libs)
-                except torch.cuda.OutOfMemoryError as exc:
-                    for library in libs:
-                        sweep.fail(shape, dtype, library, "both", f"out of memory: {exc!r}"[:300])
-                    torch.cuda.empty_cache()
-                est_sum += need
-                spent_sum += time.perf_counter() - t_group
-                done_groups += 1
-                progress.advance(f"{shape.label} {dtype}")
-                if time.perf_counter() - last_write > WRITE_EVERY_S:
-                    write_corpus(out_path, tables())
-                    last_write = time.perf_counter()
+            run_plan(sweep, groups, supported, est_gpu, deadline, state, progress, flush)
     except (KeyboardInterrupt, _Stop) as exc:
-        stopped = f"interrupted: {exc!r}"
+        state["stopped"] = f"interrupted: {exc!r}"
     finally:
         if progress is not None:
             progress.close()
@@ -1299,7 +1327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"wrote {out_path}: {len(sweep.rows)} rows, {len(sweep.failures)} failures, "
         f"{len(sweep.skips)} skips in {time.perf_counter() - _START:.1f} s"
-        + (f" (stopped: {stopped})" if stopped else ""),
+        + (f" (stopped: {state['stopped']})" if state["stopped"] else ""),
         flush=True,
     )
     return 0

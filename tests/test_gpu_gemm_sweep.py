@@ -286,3 +286,30 @@ def test_a_wrong_sparse_result_is_a_failure_not_a_row(monkeypatch):
     assert [r["level"] for r in sweep.rows] == ["framework"]
     (failure,) = sweep.failures
     assert failure["level"] == "kernel" and "rel err" in failure["reason"]
+
+
+def _cpu_sweep():
+    args = sweep_mod.parse_args(["--repeats", "2"])
+    versions = {"torch": torch.__version__, "cuda": "none", "cusparselt": "stand-in"}
+    return sweep_mod.Sweep(args, torch, torch.device("cpu"), "sweep-t", "cpu", "CPU", versions)
+
+
+def test_run_plan_stops_at_the_budget_and_after_repeated_errors(monkeypatch):
+    groups = [(s, "fp16") for s in sweep_mod.plan_shapes("quick")]
+    supported = {"fp16": {"cusparselt": ["kernel"]}}
+    progress = sweep_mod.Progress(len(groups), enabled=False)
+    sweep = _cpu_sweep()
+    state = {"done": 0, "stopped": ""}
+    past = sweep_mod.time.perf_counter()
+    sweep_mod.run_plan(sweep, groups, supported, "h200", past, state, progress, lambda: None)
+    assert state == {"done": 0, "stopped": f"budget: {len(groups)} groups not run"}
+
+    def boom(shape, dtype, libraries):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(sweep, "run_group", boom)
+    state = {"done": 0, "stopped": ""}
+    later = sweep_mod.time.perf_counter() + 3600
+    sweep_mod.run_plan(sweep, groups, supported, "h200", later, state, progress, lambda: None)
+    assert state["done"] == 4 and state["stopped"].startswith("5 groups in a row raised")
+    assert len(sweep.failures) == 5 and sweep.rows == []
