@@ -1274,6 +1274,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "repeats": args.repeats,
         "dtypes": list(args.dtypes),
         "libraries": list(args.libraries),
+        "kernel_target_us": KERNEL_TARGET_US,
+        "max_calls_per_sample": MAX_CALLS_PER_REPEAT,
+        "framework_samples": 2 * args.repeats,
+        "check_tolerance": ", ".join(f"{d} {t:g}" for d, t in TOLERANCE.items()),
+        "check_metric": "max |C - ref| / max |ref| over up to 256 columns, ref = fp32 product",
     }
     sweep = Sweep(args, torch, device, source_id, key, device_name, versions)
     state: dict[str, Any] = {"done": 0, "stopped": ""}
