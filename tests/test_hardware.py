@@ -45,9 +45,13 @@ ADDED_GPUS = (
     "rtx-a4000",
     "rtx-a5000",
     "jetson-agx-orin",
+    # Blackwell parts of measured corpus rows (gpus.toml, third block).
+    "rtx-5080",
+    "gb10",
 )
 GEFORCE_AMPERE = ("rtx-3090", "rtx-3060", "rtx-3070", "rtx-3080")
 GEFORCE_ADA = ("rtx-4090", "rtx-4060-ti", "rtx-4070", "rtx-4070-ti-super", "rtx-4080")
+GEFORCE_BLACKWELL = ("rtx-5080",)
 
 # Dense FP16 tensor FLOP per clock per SM (from the architecture whitepapers; not re-read [M]), the accumulate dtype at which
 # the part runs at that rate, and GPUs whose datasheet peak is quoted at a boost clock
@@ -81,6 +85,8 @@ FLOP_PER_CLOCK = {
     "rtx-a4000": (1024, "fp32"),
     "rtx-a5000": (1024, "fp32"),
     "jetson-agx-orin": (2048, "fp16"),
+    "rtx-5080": (1024, "fp16"),
+    # gb10: no clock is published, so it cannot be checked here (clock_mhz is None).
 }
 
 
@@ -136,13 +142,13 @@ def test_tf32_is_half_and_int8_twice_fp16_on_datacentre_parts() -> None:
 
 
 def test_consumer_cards_halve_fp16_with_fp32_accumulate() -> None:
-    for gpu in GEFORCE_AMPERE + GEFORCE_ADA:
+    for gpu in GEFORCE_AMPERE + GEFORCE_ADA + GEFORCE_BLACKWELL:
         g = get_gpu(gpu)
         assert g.peak("fp16", "fp32").dense_tflops == pytest.approx(
             g.peak("fp16", "fp16").dense_tflops / 2, rel=0.01
         )
         assert g.peak("bf16").dense_tflops == g.peak("fp16", "fp32").dense_tflops
-    for gpu in GEFORCE_ADA:
+    for gpu in GEFORCE_ADA + GEFORCE_BLACKWELL:
         g = get_gpu(gpu)
         assert g.peak("fp8", "fp32").dense_tflops == pytest.approx(
             g.peak("fp8", "fp16").dense_tflops / 2, rel=0.01
@@ -185,6 +191,7 @@ def test_added_gpus_flag_what_no_primary_source_gave() -> None:
         "h800",
         "gh200",
         "rtx-a5000",
+        "rtx-5080",
     )
     for gpu in derived:
         g = get_gpu(gpu)
@@ -206,6 +213,35 @@ def test_added_gpus_flag_what_no_primary_source_gave() -> None:
         orin.peak("fp16")  # no source gives the FP32-accumulate rate: absent, not guessed
     a4000 = get_gpu("rtx-a4000")
     assert a4000.memory_gb.confirmed and not any(p.confirmed for p in a4000.peaks)
+
+
+def test_rtx_5080_rates_reproduce_nvidias_ai_tops() -> None:
+    """FP4 at 4x the FP16-accumulate rate, sparse, is NVIDIA's 1801 AI TOPS (not a database dtype)."""
+    g = get_gpu("5080")
+    assert (g.key, g.architecture, g.compute_capability) == ("rtx-5080", "Blackwell", "12.0")
+    fp16 = g.peak("fp16", "fp16").dense_tflops
+    assert 2 * 4 * fp16 == pytest.approx(1801, rel=0.001)
+    assert g.peak("int8").dense_tflops == g.peak("fp8", "fp16").dense_tflops == 2 * fp16
+    assert g.peak("tf32").dense_tflops == pytest.approx(fp16 / 4, rel=0.01)
+
+
+def test_gb10_has_only_the_rows_a_source_supports() -> None:
+    g = get_gpu("dgx-spark")
+    assert (g.key, g.architecture, g.compute_capability) == ("gb10", "Blackwell", "12.1")
+    # NVIDIA's product page: 128 GB unified LPDDR5x at 273 GB/s.
+    assert g.memory_gb.confirmed and g.memory_gb.value == 128
+    assert g.memory_bandwidth_gb_s.confirmed and g.memory_bandwidth_gb_s.value == 273
+    assert not g.sms.confirmed and not g.l2_mb.confirmed  # type: ignore[union-attr]
+    assert g.clock_mhz is None  # no source gives it: absent, not guessed
+    assert not any(p.confirmed for p in g.peaks)
+    # 1 PFLOP FP4 with sparsity = 500 dense; FP16 (FP16 accumulate) is a quarter of it.
+    assert g.peak("fp16", "fp16").dense_tflops == pytest.approx(1000 / 2 / 4)
+    assert g.peak("fp8", "fp16").dense_tflops == 2 * g.peak("fp16", "fp16").dense_tflops
+    # FP32-accumulate, TF32 and INT8 rates are unsourced: absent, not guessed.
+    pairs = "available input/accumulate pairs: fp16/fp16, fp8/fp16"
+    for dtype in ("fp16", "bf16", "fp8", "tf32", "int8"):
+        with pytest.raises(ValueError, match=pairs):
+            g.peak(dtype)
 
 
 def test_unconfirmed_values_are_flagged_as_the_notes_tag_them() -> None:
