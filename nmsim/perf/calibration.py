@@ -45,6 +45,8 @@ from nmsim.perf.gemm_parameters import (
     ParameterTable,
     default_parameter_table,
     dtype_class,
+    scope_pattern,
+    scopes_of,
 )
 from nmsim.perf.hardware import DTYPE_BYTES, get_gpu
 from nmsim.perf.intervals import SMALL_N, regime
@@ -59,8 +61,10 @@ __all__ = [
     "calibrate",
     "compress_time_s",
     "cross_validate",
+    "exclusion_reason",
     "family",
     "fit_table",
+    "fitted_rows",
     "intervals_toml",
     "load_points",
     "parameters_toml",
@@ -68,9 +72,9 @@ __all__ = [
 ]
 
 #: Rows with these tags stay in the corpus and in the report, but are not fitted:
-#: an older library release known slower than today's, a reported slowdown bug, or a
-#: whole layer whose time includes non-GEMM work.
-EXCLUDED_TAGS: frozenset[str] = frozenset({"historic", "regression", "e2e-layer"})
+#: an older library release known slower than today's, a reported slowdown bug, a whole
+#: layer whose time includes non-GEMM work, or numbers the source itself makes doubtful.
+EXCLUDED_TAGS: frozenset[str] = frozenset({"historic", "regression", "e2e-layer", "suspect"})
 
 #: The previous model (fitted on four published points, one global parameter set),
 #: kept as a baseline: the new structure with every new term switched off.
@@ -119,8 +123,9 @@ _FITTED_BY_NAME = {f.name: f for f in FITTED}
 #: or on the squared difference relative to the parameter's range for offsets).
 SHRINKAGE = 0.5
 
-#: Structure of the calibrated model (not fitted): the torch.sparse calls never split k.
-STRUCTURE = GemmParameters(sparse_split_k=(1,))
+#: Structure of the calibrated model (not fitted): a sparse call through torch.sparse never
+#: splits k (framework level); a kernel-level benchmark may (cuSPARSELt searches split-K).
+STRUCTURE = GemmParameters(sparse_split_k=None, framework_sparse_split_k=(1,))
 
 #: Weight of a row by its source's trust (a low-trust source counts half).
 TRUST_WEIGHT: dict[str, float] = {"high": 1.0, "medium": 1.0, "low": 0.5}
@@ -145,9 +150,27 @@ def family(gpu: str) -> str:
     return "Blackwell" if major in ("10", "12") else g.architecture
 
 
+#: Measured speedups above this cannot be explained by the sparse tensor cores (2x math,
+#: 0.5625x bytes): the dense baseline ran far below its peak. Such rows are reported, not
+#: fitted, because the model keeps sparse within 2x of the dense compute term by design.
+BEYOND_HARDWARE = 2.0
+
+
+def exclusion_reason(row: Measurement) -> str | None:
+    """Why a corpus row is not fitted (None if it is)."""
+    if row.library == "other":
+        return "library 'other' (not cuSPARSELt or CUTLASS)"
+    tags = sorted(set(row.tags) & EXCLUDED_TAGS)
+    if tags:
+        return "tagged " + ", ".join(tags)
+    if row.speedup > BEYOND_HARDWARE:
+        return f"speedup {row.speedup:.2f} > {BEYOND_HARDWARE:g}: the dense baseline is far below its peak"
+    return None
+
+
 def fitted_rows(rows: Sequence[Measurement]) -> list[Measurement]:
-    """Rows the fit and the CV use: a modelled library, no excluded tag."""
-    return [r for r in rows if r.library != "other" and not (set(r.tags) & EXCLUDED_TAGS)]
+    """Rows the fit and the CV use: a modelled library, no excluded tag, at most 2x."""
+    return [r for r in rows if exclusion_reason(r) is None]
 
 
 # --------------------------------------------------------------------------- vectorised rows
@@ -164,7 +187,9 @@ def _pattern_density(dtype: str) -> float:
     return 0.5  # 2:4 and 1:2 both keep half
 
 
-def _block(rows: Sequence[Measurement], sparse: bool, structure: GemmParameters) -> _Block:
+def _block(
+    rows: Sequence[Measurement], sparse: bool, structure: GemmParameters, level: str
+) -> _Block:
     cols: dict[str, list[float]] = {
         name: []
         for name in (
@@ -207,7 +232,7 @@ def _block(rows: Sequence[Measurement], sparse: bool, structure: GemmParameters)
         cols["k_per_step"].append(structure.k_step_bytes / element * (2.0 if sparse else 1.0))
     return _Block(
         static={name: np.array(values, dtype=np.float64) for name, values in cols.items()},
-        grid=configuration_grid(structure, sparse),
+        grid=configuration_grid(structure, sparse, level),
         sparse=sparse,
     )
 
@@ -220,6 +245,8 @@ class _Design:
     dense: _Block
     sparse: _Block
     slots: list[tuple[str, tuple[str, str, str]]]  # (name, scope); scope ("*","*","*") = global
+    parent: np.ndarray  # slot index each scoped slot is shrunk toward (itself for globals)
+    sparse_framework: _Block
     gather: dict[str, np.ndarray]  # name -> slot index per row
     framework: np.ndarray
     measured_speedup: np.ndarray
@@ -233,32 +260,16 @@ _GLOBAL = ("*", "*", "*")
 
 
 def _row_scopes(row: Measurement, name: str) -> list[tuple[str, str, str]]:
-    """Scopes of ``name`` that apply to ``row``, narrowest last (ParameterTable order)."""
-    arch = row.architecture
+    """Scopes of ``name`` that may hold a value for ``row``: global first, then coarse to fine."""
     library = row.library if row.library != "other" else default_library(row.dtype)
-    dclass = dtype_class(row.dtype)
-    order = [
-        (arch, "*", "*"),
-        ("*", library, "*"),
-        (arch, "*", dclass),
-        ("*", library, dclass),
-        (arch, library, "*"),
-        (arch, library, dclass),
-    ]
-    finest = SCOPED_FIELDS.get(name)
-    if finest is None:
-        return [_GLOBAL]
-    allowed = finest.split("/")
-    usable = [
+    allowed = SCOPED_FIELDS.get(name, ())
+    chain = [
         scope
-        for scope in order
-        if all(value == "*" or slot != "*" for value, slot in zip(scope, allowed, strict=True))
+        for scope in scopes_of(row.architecture, library, dtype_class(row.dtype))
+        if scope_pattern(scope) in allowed
     ]
-    # only the finest allowed scope gets its own fitted value (its parents are the global)
-    full = [
-        s for s in usable if all((v != "*") == (a != "*") for v, a in zip(s, allowed, strict=True))
-    ]
-    return [_GLOBAL, *full]
+    chain.sort(key=lambda scope: allowed.index(scope_pattern(scope)))
+    return [_GLOBAL, *chain]
 
 
 def _design(rows: Sequence[Measurement], structure: GemmParameters = STRUCTURE) -> _Design:
@@ -266,18 +277,35 @@ def _design(rows: Sequence[Measurement], structure: GemmParameters = STRUCTURE) 
     slots: list[tuple[str, tuple[str, str, str]]] = []
     index: dict[tuple[str, tuple[str, str, str]], int] = {}
     counts: dict[tuple[str, tuple[str, str, str]], int] = {}
+    parents: dict[tuple[str, tuple[str, str, str]], tuple[str, str, str]] = {}
     for fitted in FITTED:
         for row in rows:
-            for scope in _row_scopes(row, fitted.name):
+            chain = _row_scopes(row, fitted.name)
+            for position, scope in enumerate(chain):
                 counts[(fitted.name, scope)] = counts.get((fitted.name, scope), 0) + 1
+                if position:
+                    parents[(fitted.name, scope)] = chain[position - 1]
     for fitted in FITTED:
         key = (fitted.name, _GLOBAL)
         index[key] = len(slots)
         slots.append(key)
-        for (name, scope), count in sorted(counts.items()):
-            if name == fitted.name and scope != _GLOBAL and count >= MIN_SCOPE_ROWS:
-                index[(name, scope)] = len(slots)
-                slots.append((name, scope))
+        for pattern in SCOPED_FIELDS.get(fitted.name, ()):
+            for (name, scope), count in sorted(counts.items()):
+                if (
+                    name == fitted.name
+                    and scope != _GLOBAL
+                    and scope_pattern(scope) == pattern
+                    and count >= MIN_SCOPE_ROWS
+                ):
+                    index[(name, scope)] = len(slots)
+                    slots.append((name, scope))
+    parent_slot = []
+    for name, scope in slots:
+        parent = parents.get((name, scope))
+        # the nearest coarser scope that has its own value, else the global one
+        while parent is not None and (name, parent) not in index:
+            parent = parents.get((name, parent))
+        parent_slot.append(index[(name, parent if parent is not None else _GLOBAL)])
     gather = {}
     for fitted in FITTED:
         picks = []
@@ -296,9 +324,11 @@ def _design(rows: Sequence[Measurement], structure: GemmParameters = STRUCTURE) 
 
     return _Design(
         rows=rows,
-        dense=_block(rows, False, structure),
-        sparse=_block(rows, True, structure),
+        dense=_block(rows, False, structure, "kernel"),
+        sparse=_block(rows, True, structure, "kernel"),
+        sparse_framework=_block(rows, True, structure, "framework"),
         slots=slots,
+        parent=np.array(parent_slot, dtype=np.int64),
         gather=gather,
         framework=np.array([r.level == "framework" for r in rows]),
         measured_speedup=np.array([r.speedup for r in rows], dtype=np.float64),
@@ -327,7 +357,7 @@ def _times(design: _Design, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     sparse_m = np.minimum(dense_m, dense_m * v["sparse_memory_ratio"])
     framework = design.framework
     out = []
-    for block in (design.dense, design.sparse):
+    for block in (design.dense, design.sparse, design.sparse_framework):
         s = block.sparse
         overhead = v["launch_overhead_us"] + (v["sparse_extra_overhead_us"] if s else 0.0)
         overhead = overhead + np.where(
@@ -351,7 +381,8 @@ def _times(design: _Design, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             split=sp,
         )
         out.append(result["time"])
-    return out[0], out[1]
+    # a framework-level sparse call uses the framework's split-K set (torch: k never split)
+    return out[0], np.where(framework, out[2], out[1])
 
 
 def _loss(design: _Design, x: np.ndarray) -> float:
@@ -364,11 +395,11 @@ def _loss(design: _Design, x: np.ndarray) -> float:
         + np.log(sparse[timed] / design.measured_sparse[timed]) ** 2
     )
     total = float(np.sum(design.weight * (speed + absolute)))
-    # shrink scoped values toward their global value
+    # shrink scoped values toward the value of the scope they refine
     for i, (name, scope) in enumerate(design.slots):
         if scope == _GLOBAL:
             continue
-        g = x[design.slots.index((name, _GLOBAL))]
+        g = x[design.parent[i]]
         f = _FITTED_BY_NAME[name]
         if f.low > 0:
             total += SHRINKAGE * math.log(x[i] / g) ** 2
@@ -886,7 +917,8 @@ def parameters_toml(table: ParameterTable) -> str:
         f'provenance = "{table.provenance}"',
         "",
         "[structure]",
-        f"sparse_split_k = {list(s.sparse_splits)}",
+        *([f"sparse_split_k = {list(s.sparse_split_k)}"] if s.sparse_split_k else []),
+        f"framework_sparse_split_k = {list(s.framework_sparse_split_k)}",
         f"compress_bandwidth_fraction = {s.compress_bandwidth_fraction!r}",
         "",
         "[parameters]",

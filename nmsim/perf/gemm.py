@@ -135,10 +135,10 @@ def metadata_bits_per_kept(dtype: str) -> int:
 
 # --------------------------------------------------------------------------- the core
 def configuration_grid(
-    params: GemmParameters, sparse: bool
+    params: GemmParameters, sparse: bool, level: str = "kernel"
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Candidate ``(T_m, T_n, split)`` of one path, tile-major, in the order ties keep."""
-    splits = params.sparse_splits if sparse else params.split_k
+    splits = params.sparse_splits(level) if sparse else params.split_k
     tm = np.array([t[0] for t in params.tiles for _ in splits], dtype=np.float64)
     tn = np.array([t[1] for t in params.tiles for _ in splits], dtype=np.float64)
     sp = np.array([s for _ in params.tiles for s in splits], dtype=np.float64)
@@ -530,7 +530,7 @@ def gemm_time(
             params,
             level,
         )
-        tm, tn, sp = configuration_grid(params, sparse=path is not None)
+        tm, tn, sp = configuration_grid(params, sparse=path is not None, level=level)
         result = roofline(
             **inputs,
             balanced_tile_intensity=params.balanced_tile_intensity,

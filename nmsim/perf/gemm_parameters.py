@@ -116,9 +116,15 @@ class GemmParameters:
     split_k : tuple of int
         Candidate split-K factors of dense kernels (they must contain 1).
     sparse_split_k : tuple of int or None
-        Split-K factors the sparse kernels may use; None means the same as
-        ``split_k``. ``torch.sparse`` calls cuSPARSELt with ``split_k=1`` and
-        its CUTLASS kernels have no split-K, so the calibrated value is ``(1,)``.
+        Split-K factors a kernel-level sparse call may use; None means the same
+        as ``split_k`` (a benchmark that searches cuSPARSELt's split-K, or the
+        CUTLASS profiler's best kernel).
+    framework_sparse_split_k : tuple of int or None
+        Split-K factors of a framework-level sparse call; None means
+        ``sparse_split_k``. ``torch.sparse`` calls cuSPARSELt with
+        ``split_k=1`` and its CUTLASS kernels take no split-K, so the calibrated
+        value is ``(1,)``: this is what makes decode-shaped sparse calls walk
+        the whole reduction in a few CTAs.
     balanced_tile_intensity : float
         Tile intensity ``T_m T_n / (a T_m + T_n)`` (``a`` = stored fraction of
         A) at which an SM's operand feed just keeps the dense tensor cores
@@ -152,6 +158,7 @@ class GemmParameters:
     )
     split_k: tuple[int, ...] = (1, 2, 4, 8, 16)
     sparse_split_k: tuple[int, ...] | None = None
+    framework_sparse_split_k: tuple[int, ...] | None = None
     balanced_tile_intensity: float = 64.0
     compress_bandwidth_fraction: float = 0.1
     provenance: str = "hand-set placeholder"
@@ -186,9 +193,9 @@ class GemmParameters:
             raise ValueError(f"k_step_bytes={self.k_step_bytes} must be an integer >= 1")
         if not self.tiles or any(t[0] < 1 or t[1] < 1 for t in self.tiles):
             raise ValueError(f"tiles={self.tiles} must be a non-empty tuple of positive pairs")
-        for name in ("split_k", "sparse_split_k"):
+        for name in ("split_k", "sparse_split_k", "framework_sparse_split_k"):
             splits = getattr(self, name)
-            if splits is None and name == "sparse_split_k":
+            if splits is None and name != "split_k":
                 continue
             if 1 not in splits or any(s < 1 for s in splits):
                 raise ValueError(f"{name}={splits} must contain 1 and only positive ints")
@@ -197,34 +204,59 @@ class GemmParameters:
         """Return a copy with ``changes`` applied (validated)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
-    @property
-    def sparse_splits(self) -> tuple[int, ...]:
-        """The split-K factors the sparse path may use."""
-        return self.split_k if self.sparse_split_k is None else self.sparse_split_k
+    def sparse_splits(self, level: str = "kernel") -> tuple[int, ...]:
+        """The split-K factors the sparse path may use at ``level``."""
+        kernel = self.split_k if self.sparse_split_k is None else self.sparse_split_k
+        if level == "framework" and self.framework_sparse_split_k is not None:
+            return self.framework_sparse_split_k
+        return kernel
 
 
-#: Fields a table may scope, and the finest scope each may have. A scope is
-#: ``architecture/library/dtype-class`` with ``*`` for "any".
-SCOPED_FIELDS: dict[str, str] = {
-    "dense_compute_efficiency": "architecture/*/dtype",
-    "dense_memory_efficiency": "architecture/*/*",
-    "sparse_compute_ratio": "architecture/library/dtype",
-    "sparse_memory_ratio": "architecture/library/dtype",
-    "sparse_extra_overhead_us": "*/library/*",
-    "sparse_framework_overhead_us": "*/library/*",
-    "sparse_k_step_ns": "*/library/*",
+#: Fields a table may scope, and the scopes each may have, coarse to fine. A scope is
+#: ``architecture/library/dtype-class`` with ``*`` for "any"; a fitted value at a finer scope
+#: is shrunk toward the one at the coarser scope it refines (then the global value).
+SCOPED_FIELDS: dict[str, tuple[str, ...]] = {
+    "dense_compute_efficiency": ("*/*/dtype", "architecture/*/dtype"),
+    "dense_memory_efficiency": ("architecture/*/*",),
+    "sparse_compute_ratio": ("*/library/dtype", "architecture/library/dtype"),
+    "sparse_memory_ratio": ("*/library/dtype", "architecture/library/dtype"),
+    "sparse_extra_overhead_us": ("*/library/*",),
+    "sparse_framework_overhead_us": ("*/library/*",),
+    "sparse_k_step_ns": ("*/library/*",),
 }
 
 #: Fields of the table's global section that are not GemmParameters fields.
 RATIO_FIELDS: tuple[str, ...] = ("sparse_compute_ratio", "sparse_memory_ratio")
 
+#: Merge order of scopes (coarse first); each later scope overrides the earlier ones.
+SCOPE_ORDER: tuple[tuple[bool, bool, bool], ...] = (
+    (False, False, True),
+    (True, False, False),
+    (False, True, False),
+    (True, False, True),
+    (False, True, True),
+    (True, True, False),
+    (True, True, True),
+)
+
+
+def scope_pattern(scope: tuple[str, str, str]) -> str:
+    """``("Ampere", "*", "16bit")`` -> ``"architecture/*/dtype"``."""
+    names = ("architecture", "library", "dtype")
+    return "/".join(name if value != "*" else "*" for value, name in zip(scope, names, strict=True))
+
 
 def _scope_allowed(field_name: str, scope: tuple[str, str, str]) -> bool:
-    finest = SCOPED_FIELDS.get(field_name)
-    if finest is None:
-        return False
-    allowed = finest.split("/")
-    return all(value == "*" or slot != "*" for value, slot in zip(scope, allowed, strict=True))
+    return scope_pattern(scope) in SCOPED_FIELDS.get(field_name, ())
+
+
+def scopes_of(architecture: str, library: str, dclass: str) -> tuple[tuple[str, str, str], ...]:
+    """Every non-global scope that applies to one call, in merge order."""
+    values = (architecture, library, dclass)
+    return tuple(
+        tuple(v if used else "*" for v, used in zip(values, mask, strict=True))  # type: ignore[misc]
+        for mask in SCOPE_ORDER
+    )
 
 
 @dataclass(frozen=True)
@@ -240,7 +272,7 @@ class ParameterTable:
         the sparse efficiencies follow the dense ones they are bounded by.
     overrides : dict
         ``{(architecture, library, dtype_class): {field: value}}``, ``"*"`` for
-        any; a field may be scoped only as finely as :data:`SCOPED_FIELDS` says.
+        any; a field may be scoped only as :data:`SCOPED_FIELDS` lists.
     structure : GemmParameters
         Tiles, split-K sets and the other non-fitted fields.
     provenance : str
@@ -256,21 +288,14 @@ class ParameterTable:
             for name in values:
                 if not _scope_allowed(name, scope):
                     raise ValueError(
-                        f"parameter {name!r} cannot be scoped to {'/'.join(scope)}: its finest "
-                        f"scope is {SCOPED_FIELDS.get(name, 'global only')}"
+                        f"parameter {name!r} cannot be scoped to {'/'.join(scope)}: its scopes "
+                        f"are {list(SCOPED_FIELDS.get(name, ())) or 'global only'}"
                     )
 
     def values_for(self, architecture: str, library: str, dclass: str) -> dict[str, float]:
         """The merged values for one call: global, then ever narrower scopes."""
         merged = dict(self.base)
-        for scope in (
-            (architecture, "*", "*"),
-            ("*", library, "*"),
-            (architecture, "*", dclass),
-            ("*", library, dclass),
-            (architecture, library, "*"),
-            (architecture, library, dclass),
-        ):
+        for scope in scopes_of(architecture, library, dclass):
             merged.update(self.overrides.get(scope, {}))
         return merged
 
@@ -310,7 +335,7 @@ def table_from_toml(raw: dict[str, Any]) -> ParameterTable:
     for name, value in structure_raw.items():
         if name == "tiles":
             structure_fields[name] = tuple((int(a), int(b)) for a, b in value)
-        elif name in ("split_k", "sparse_split_k"):
+        elif name in ("split_k", "sparse_split_k", "framework_sparse_split_k"):
             structure_fields[name] = tuple(int(v) for v in value)
         else:
             structure_fields[name] = value
