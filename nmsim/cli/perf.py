@@ -399,7 +399,8 @@ def _run_estimate(args: argparse.Namespace) -> int:
         f"{ratio_range(est.time_reduction_low, est.time_reduction_high)})"
     )
     if est.interval_basis is not None:
-        print(f"interval: {est.interval_basis}")
+        for basis in est.interval_basis.split(" | "):
+            print(f"interval: {basis}")
     else:
         print("interval: no GEMM runs sparse, so the times are point values")
     for note in est.notes:

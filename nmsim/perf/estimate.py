@@ -74,8 +74,8 @@ class StepEstimate:
     ``gemm_verdict`` and ``verdict`` hold across the GEMM-time and step-time reduction
     intervals: ``faster`` (low > 1), ``slower`` (high < 1), else ``no gain``.
     ``extrapolated`` is True when a sparse GEMM's GPU has no measurement in the corpus;
-    ``interval_basis`` lists the distinct bases of the per-GEMM intervals (None when no
-    GEMM ran sparse: the interval is then the point value), ``interval_coverage`` their
+    ``interval_basis`` lists the distinct bases of the per-GEMM intervals, joined by
+    ``" | "`` (None when no GEMM ran sparse: the interval is then the point value), ``interval_coverage`` their
     nominal coverage, ``sparse_gemms`` how many (phase, layer, GEMM) timings ran sparse.
     ``library`` and ``level`` are what every GEMM was timed with.
     """
@@ -520,7 +520,7 @@ def estimate_step(
         per_gemm_s_high=method_high,
         sparse_gemms=sparse_count,
         extrapolated=extrapolated,
-        interval_basis="; ".join(bases) if bases else None,
+        interval_basis=" | ".join(bases) if bases else None,
         interval_coverage=coverage,
         notes=tuple(notes),
     )
