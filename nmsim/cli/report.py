@@ -130,6 +130,10 @@ def interval_cell(block: dict[str, Any] | None) -> str:
 
 def _interval_label(pattern: str, blocks: list[dict[str, Any]]) -> str:
     coverage = next((b["coverage"] for b in blocks if b.get("coverage") is not None), None)
+    if coverage is None and not blocks:
+        from nmsim.report.methods import interval_coverage
+
+        coverage = interval_coverage()
     label = f"fwd {pattern} [{coverage:.0%} PI]" if coverage is not None else f"fwd {pattern} [PI]"
     if any(b["extrapolated"] for b in blocks):
         label += " extrapolated"
@@ -229,7 +233,7 @@ def render_table(report: dict[str, Any], console: Any) -> None:
             skipped.setdefault(entry["reason"], []).append(entry["name"])
             continue
         if entry["status"] == "error":
-            blanks = [""] * (len(methods) + len(speedup_groups) + 3 + time_on)
+            blanks = [""] * (len(methods) + len(speedup_groups) + 3 + int(time_on))
             table.add_row(entry["name"], shape, *blanks, entry["reason"], style="red")
             continue
         align = entry["alignment"]

@@ -75,8 +75,9 @@ class StepEstimate:
     intervals: ``faster`` (low > 1), ``slower`` (high < 1), else ``no gain``.
     ``extrapolated`` is True when a sparse GEMM's GPU has no measurement in the corpus;
     ``interval_basis`` lists the distinct bases of the per-GEMM intervals, joined by
-    ``" | "`` (None when no GEMM ran sparse: the interval is then the point value), ``interval_coverage`` their
-    nominal coverage, ``sparse_gemms`` how many (phase, layer, GEMM) timings ran sparse.
+    ``" | "`` (None when no GEMM ran sparse: the interval is then the point value),
+    ``interval_coverage`` their nominal coverage, ``sparse_gemms`` how many (phase, layer,
+    GEMM) timings ran sparse.
     ``library`` and ``level`` are what every GEMM was timed with.
     """
 
