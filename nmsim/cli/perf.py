@@ -325,35 +325,87 @@ def _run_estimate(args: argparse.Namespace) -> int:
         mode=args.mode,
         options=_options(args),
         non_gemm_fraction=fraction,
+        library=args.library,
+        level=args.level,
     )
     if args.json:
         print_json(est.as_dict())
         return 0
-    rows = [[g, est.dense_per_gemm_s[g] * 1e3, est.per_gemm_s[g] * 1e3] for g in est.per_gemm_s]
+    coverage = f"{est.interval_coverage:.0%} " if est.interval_coverage is not None else ""
+
+    def ms_range(low: float, high: float) -> str:
+        return f"[{format_value(low * 1e3)}, {format_value(high * 1e3)}]"
+
+    rows = [
+        [
+            g,
+            est.dense_per_gemm_s[g] * 1e3,
+            est.per_gemm_s[g] * 1e3,
+            ms_range(est.per_gemm_s_low[g], est.per_gemm_s_high[g]),
+        ]
+        for g in est.per_gemm_s
+    ]
     rows += [
-        ["GEMMs", est.dense_gemm_s * 1e3, est.gemm_s * 1e3],
-        ["non-GEMM (Amdahl)", est.non_gemm_s * 1e3, est.non_gemm_s * 1e3],
-        ["runtime compress", 0.0, est.compress_s * 1e3],
-        ["step", est.dense_step_s * 1e3, est.step_s * 1e3],
+        [
+            "GEMMs",
+            est.dense_gemm_s * 1e3,
+            est.gemm_s * 1e3,
+            ms_range(est.gemm_s_low, est.gemm_s_high),
+        ],
+        ["non-GEMM (Amdahl)", est.non_gemm_s * 1e3, est.non_gemm_s * 1e3, "point"],
+        ["runtime compress", 0.0, est.compress_s * 1e3, "point"],
+        [
+            "step",
+            est.dense_step_s * 1e3,
+            est.step_s * 1e3,
+            ms_range(est.step_s_low, est.step_s_high),
+        ],
     ]
     print_table(
-        f"{est.mode} step of {est.model}, batch {est.batch}, {est.gpu} {est.dtype}: "
-        f"dense vs {est.method} {est.pattern} (ms)",
-        ["", "dense", est.method],
+        f"{est.mode} step of {est.model}, batch {est.batch}, {est.gpu} {est.dtype}, "
+        f"{est.level} level, sparse library {est.library}: dense vs {est.method} "
+        f"{est.pattern} (ms)",
+        ["", "dense", est.method, f"{est.method} {coverage}interval"],
         rows,
     )
+
+    def ratio_range(low: float, high: float) -> str:
+        return f"[{format_ratio(low)}, {format_ratio(high)}]"
+
+    marker = " (extrapolated)" if est.extrapolated else ""
     print_table(
         "reduction (dense / method)",
-        ["quantity", "value"],
+        ["quantity", "value", f"{coverage}interval", "verdict"],
         [
-            ["FLOPs, ideal accounting", est.flop_reduction_ideal],
-            ["FLOPs, 2:4 hardware accounting", est.flop_reduction_hardware],
-            ["GEMM time (model)", est.gemm_time_reduction],
-            ["step time (model)", est.time_reduction],
+            ["FLOPs, ideal accounting", est.flop_reduction_ideal, "-", "-"],
+            ["FLOPs, 2:4 hardware accounting", est.flop_reduction_hardware, "-", "-"],
+            [
+                "GEMM time (model)",
+                est.gemm_time_reduction,
+                ratio_range(est.gemm_time_reduction_low, est.gemm_time_reduction_high),
+                est.gemm_verdict + marker,
+            ],
+            [
+                "step time (model)",
+                est.time_reduction,
+                ratio_range(est.time_reduction_low, est.time_reduction_high),
+                est.verdict + marker,
+            ],
         ],
     )
+    print(
+        f"verdict: step time {est.verdict}{', extrapolated' if est.extrapolated else ''} "
+        f"({format_ratio(est.time_reduction, digits=3)}, {coverage}interval "
+        f"{ratio_range(est.time_reduction_low, est.time_reduction_high)})"
+    )
+    if est.interval_basis is not None:
+        for basis in est.interval_basis.split(" | "):
+            print(f"interval: {basis}")
+    else:
+        print("interval: no GEMM runs sparse, so the times are point values")
     for note in est.notes:
         print(f"note: {note}")
+    print("model estimate, not a measurement (specs/gemm_model.md)")
     return 0
 
 
@@ -560,6 +612,7 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         help="share of the dense step outside GEMMs (default 0.25, an assumption)",
     )
+    _add_library_options(p)
     p.set_defaults(func=_run_estimate)
 
     p = subparsers.add_parser(
