@@ -418,6 +418,11 @@ def _run_calibrate(args: argparse.Namespace) -> int:
     from nmsim.perf.calibration import calibrate, intervals_toml, parameters_toml
     from nmsim.perf.corpus import load_corpus
 
+    if args.write and args.no_cv:
+        raise ValueError(
+            "--write needs the cross-validation (drop --no-cv): the prediction intervals "
+            "come from its residuals"
+        )
     _, rows = load_corpus(args.corpus)
     progress = None
     if not args.json and not args.no_cv:
@@ -427,9 +432,6 @@ def _run_calibrate(args: argparse.Namespace) -> int:
 
     report = calibrate(rows, cross_validation=not args.no_cv, progress=progress)
     if args.write:
-        if args.no_cv:
-            raise ValueError("--write needs the cross-validation (drop --no-cv): the "
-                             "prediction intervals come from its residuals")
         data = Path(__file__).resolve().parent.parent / "data"
         (data / "gemm_parameters.toml").write_text(parameters_toml(report.table), "utf-8")
         (data / "gemm_intervals.toml").write_text(

@@ -37,12 +37,14 @@ from nmsim.perf.gemm import (
     default_library,
     gemm_time,
     metadata_bits_per_kept,
+    rate_fraction,
     roofline,
 )
 from nmsim.perf.gemm_parameters import (
     SCOPED_FIELDS,
     GemmParameters,
     ParameterTable,
+    architecture_key,
     default_parameter_table,
     dtype_class,
     scope_pattern,
@@ -85,6 +87,7 @@ LEGACY_PARAMETERS = GemmParameters(
     sparse_memory_efficiency=0.3926,
     launch_overhead_us=4.0,
     compress_bandwidth_fraction=0.11428,
+    feed_follows_issue_rate=False,
     provenance="the model before the corpus: fitted on a100-cutlass-linear, "
     "a100-mlp-train-weight24, rtx4090-llama2-7b-decode",
 )
@@ -108,6 +111,7 @@ FITTED: tuple[Fitted, ...] = (
     Fitted("sparse_compute_ratio", 0.3, 1.0, 0.8, "sparse / dense main-loop efficiency"),
     Fitted("sparse_memory_ratio", 0.2, 1.0, 0.8, "compressed-A / dense bandwidth share"),
     Fitted("tile_fixed_k", 0.0, 2048.0, 128.0, "per-tile fixed cost, in k of dense loop"),
+    Fitted("balanced_tile_intensity", 8.0, 256.0, 64.0, "tile intensity that feeds the cores"),
     Fitted("dense_k_step_ns", 0.0, 2000.0, 50.0, "shortest dense k-step of a CTA"),
     Fitted("sparse_k_step_ns", 0.0, 4000.0, 200.0, "shortest sparse k-step of a CTA"),
     Fitted("launch_overhead_us", 0.0, 20.0, 4.0, "fixed time of a kernel call"),
@@ -204,6 +208,7 @@ def _block(
             "other_bytes",
             "bandwidth",
             "k_per_step",
+            "rate_fraction",
         )
     }
     for r in rows:
@@ -230,6 +235,11 @@ def _block(
         cols["other_bytes"].append(other)
         cols["bandwidth"].append(gpu.memory_bandwidth_gb_s.value * 1e9)
         cols["k_per_step"].append(structure.k_step_bytes / element * (2.0 if sparse else 1.0))
+        cols["rate_fraction"].append(
+            rate_fraction(gpu, r.dtype, peak.dense_tflops)
+            if structure.feed_follows_issue_rate
+            else 1.0
+        )
     return _Block(
         static={name: np.array(values, dtype=np.float64) for name, values in cols.items()},
         grid=configuration_grid(structure, sparse, level),
@@ -375,7 +385,7 @@ def _times(design: _Design, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             tile_fixed_k=v["tile_fixed_k"],
             k_step_s=(v["sparse_k_step_ns"] if s else v["dense_k_step_ns"]) * 1e-9,
             overhead_s=overhead * 1e-6,
-            balanced_tile_intensity=design.structure.balanced_tile_intensity,
+            balanced_tile_intensity=v["balanced_tile_intensity"],
             tm=tm,
             tn=tn,
             split=sp,
@@ -385,7 +395,8 @@ def _times(design: _Design, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return out[0], np.where(framework, out[2], out[1])
 
 
-def _loss(design: _Design, x: np.ndarray) -> float:
+def _row_losses(design: _Design, x: np.ndarray) -> np.ndarray:
+    """Weighted squared log errors per row: the speedup, plus a quarter of each printed time."""
     dense, sparse = _times(design, x)
     speed = np.log(dense / sparse / design.measured_speedup) ** 2
     timed = ~np.isnan(design.measured_dense)
@@ -394,8 +405,12 @@ def _loss(design: _Design, x: np.ndarray) -> float:
         np.log(dense[timed] / design.measured_dense[timed]) ** 2
         + np.log(sparse[timed] / design.measured_sparse[timed]) ** 2
     )
-    total = float(np.sum(design.weight * (speed + absolute)))
-    # shrink scoped values toward the value of the scope they refine
+    return design.weight * (speed + absolute)
+
+
+def _penalty(design: _Design, x: np.ndarray) -> float:
+    """Shrinkage of every scoped value toward the value of the scope it refines."""
+    total = 0.0
     for i, (name, scope) in enumerate(design.slots):
         if scope == _GLOBAL:
             continue
@@ -406,6 +421,34 @@ def _loss(design: _Design, x: np.ndarray) -> float:
         else:
             total += SHRINKAGE * ((x[i] - g) / (f.high - f.low)) ** 2 * 16.0
     return total
+
+
+def _loss(design: _Design, x: np.ndarray) -> float:
+    """The fit's objective: row losses plus the shrinkage penalty."""
+    return float(np.sum(_row_losses(design, x))) + _penalty(design, x)
+
+
+def _subset(design: _Design, rows: np.ndarray) -> _Design:
+    """The design restricted to some rows (same slots): a coordinate moves only its rows."""
+
+    def block(b: _Block) -> _Block:
+        return _Block({k: v[rows] for k, v in b.static.items()}, b.grid, b.sparse)
+
+    return _Design(
+        rows=[design.rows[i] for i in rows],
+        dense=block(design.dense),
+        sparse=block(design.sparse),
+        sparse_framework=block(design.sparse_framework),
+        slots=design.slots,
+        parent=design.parent,
+        gather={k: v[rows] for k, v in design.gather.items()},
+        framework=design.framework[rows],
+        measured_speedup=design.measured_speedup[rows],
+        measured_dense=design.measured_dense[rows],
+        measured_sparse=design.measured_sparse[rows],
+        weight=design.weight[rows],
+        structure=design.structure,
+    )
 
 
 def _golden(f: Callable[[float], float], lo: float, hi: float, iterations: int) -> float:
@@ -427,21 +470,31 @@ def _golden(f: Callable[[float], float], lo: float, hi: float, iterations: int) 
 
 def _fit_slots(design: _Design, *, sweeps: int, iterations: int) -> np.ndarray:
     x = np.array([_FITTED_BY_NAME[name].start for name, _ in design.slots], dtype=np.float64)
-    best = _loss(design, x)
+    row_loss = _row_losses(design, x)
+    # rows each slot reaches: a line search re-times only those (same arithmetic, so the
+    # result is what evaluating the whole loss would give)
+    reach = [
+        np.flatnonzero(np.any([g == i for g in design.gather.values()], axis=0))
+        for i in range(len(design.slots))
+    ]
+    parts = [_subset(design, rows) for rows in reach]
     for _ in range(sweeps):
         for i, (name, _) in enumerate(design.slots):
             f = _FITTED_BY_NAME[name]
+            rows, part = reach[i], parts[i]
+            others = float(np.sum(row_loss)) - float(np.sum(row_loss[rows]))
 
-            def loss_at(value: float, i: int = i) -> float:
+            def loss_at(value: float, i: int = i, part: _Design = part) -> float:
                 trial = x.copy()
                 trial[i] = value
-                return _loss(design, trial)
+                return others + float(np.sum(_row_losses(part, trial))) + _penalty(design, trial)
 
+            current = loss_at(x[i])
             value = _golden(loss_at, f.low, f.high, iterations)
-            candidate = loss_at(value)
             # golden section may land on a worse local point; never accept a worse loss
-            if candidate <= best:
-                x[i], best = value, candidate
+            if loss_at(value) <= current:
+                x[i] = value
+                row_loss[rows] = _row_losses(part, x)
     return x
 
 
@@ -517,7 +570,7 @@ def predict_rows(
     for r in rows:
         library = r.library if r.library != "other" else default_library(r.dtype)
         if isinstance(table, ParameterTable):
-            params = table.resolve(r.architecture, library, r.dtype)
+            params = table.resolve(r.architecture, library, r.dtype)  # architecture = sm_XX
         else:
             params = table
         estimate = gemm_time(
@@ -710,7 +763,7 @@ def interval_table(rows: Sequence[RowResult]) -> dict[str, Any]:
 
     groups: dict[str, list[RowResult]] = {}
     for r in scored:
-        groups.setdefault(f"{get_gpu(r.gpu).architecture}/{r.regime}", []).append(r)
+        groups.setdefault(f"{architecture_key(get_gpu(r.gpu))}/{r.regime}", []).append(r)
     pooled = {}
     for name in ("small-n", "large-n"):
         members = [r for r in scored if r.regime == name] or scored
@@ -842,7 +895,7 @@ def _checks(table: ParameterTable) -> list[dict[str, Any]]:
         if point["role"] != "check":
             continue
         gpu = get_gpu(point["gpu"])
-        params = table.resolve(gpu.architecture, "cusparselt", point["dtype"])
+        params = table.resolve(architecture_key(gpu), "cusparselt", point["dtype"])
         if "sweep" in point:
             sizes = point["sweep"]
             value = max(

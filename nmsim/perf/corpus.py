@@ -128,8 +128,10 @@ class Measurement:
 
     @property
     def architecture(self) -> str:
-        """Architecture of the row's GPU (``Ampere``, ``Ada``, ``Hopper``...)."""
-        return get_gpu(self.gpu).architecture
+        """Architecture key of the row's GPU (compute capability, ``"sm_80"``)."""
+        from nmsim.perf.gemm_parameters import architecture_key
+
+        return architecture_key(get_gpu(self.gpu))
 
 
 def _where(path: str, table: str, index: int, raw: dict[str, Any]) -> str:

@@ -36,6 +36,7 @@ from nmref._validation import check_positive_integer
 from nmref.patterns import Pattern, parse_pattern
 from nmsim.perf.gemm_parameters import (
     GemmParameters,
+    architecture_key,
     default_parameter_table,
     default_parameters,
 )
@@ -165,7 +166,8 @@ def roofline(
     k_step_s: np.ndarray,
     k_per_step: np.ndarray,
     overhead_s: np.ndarray,
-    balanced_tile_intensity: float,
+    rate_fraction: np.ndarray,
+    balanced_tile_intensity: np.ndarray,
     tm: np.ndarray,
     tn: np.ndarray,
     split: np.ndarray,
@@ -184,7 +186,10 @@ def roofline(
     units = np.ceil(m[:, col] / tm) * np.ceil(n[:, col] / tn) * split
     waves = np.ceil(units / sms[:, col])
     intensity = tm * tn / (a_fraction[:, col] * tm + tn)
-    feed = np.minimum(1.0, intensity / (balanced_tile_intensity * math_speed[:, col]))
+    # A tensor core issuing at a fraction of its full rate (FP32 accumulate on GeForce) needs
+    # that fraction of the operand feed: the intensity that keeps it busy scales the same way.
+    balanced = balanced_tile_intensity[:, col] * rate_fraction[:, col]
+    feed = np.minimum(1.0, intensity / (balanced * math_speed[:, col]))
     k_split = np.ceil(k[:, col] / split)
     per_tile_flops = 2.0 * tm * tn
     main = k_split / (math_speed[:, col] * compute_efficiency[:, col] * feed)
@@ -342,8 +347,22 @@ def _path_inputs(
         # a sparse step walks twice the logical depth: its k-tile holds half the values
         "k_per_step": dense_k_per_step * (1.0 / executed.density if sparse_path else 1.0),
         "overhead_s": overhead_us * 1e-6,
+        "rate_fraction": (
+            rate_fraction(gpu_obj, dtype, peak_dense) if params.feed_follows_issue_rate else 1.0
+        ),
+        "balanced_tile_intensity": params.balanced_tile_intensity,
     }
     return {name: np.array([float(value)]) for name, value in values.items()}
+
+
+def rate_fraction(gpu: GPU, dtype: str, dense_tflops: float) -> float:
+    """The dense peak of this accumulate over the GPU's fastest peak for the input dtype.
+
+    1 on data-centre parts; 1/2 for FP32 accumulation on GeForce parts, whose tensor
+    cores issue FP16-accumulate MMAs at twice the rate (GA102/Ada whitepapers).
+    """
+    fastest = max(p.dense_tflops for p in gpu.peaks if p.input == dtype)
+    return dense_tflops / fastest
 
 
 def gemm_time(
@@ -454,7 +473,7 @@ def gemm_time(
     if library not in SPARSE_LIBRARIES:
         raise ValueError(f"library={library!r} must be one of {list(SPARSE_LIBRARIES)}")
     if parameters is None:
-        params = default_parameter_table().resolve(gpu_obj.architecture, library, dtype)
+        params = default_parameter_table().resolve(architecture_key(gpu_obj), library, dtype)
     elif isinstance(parameters, GemmParameters):
         params = parameters
     else:
@@ -533,7 +552,6 @@ def gemm_time(
         tm, tn, sp = configuration_grid(params, sparse=path is not None, level=level)
         result = roofline(
             **inputs,
-            balanced_tile_intensity=params.balanced_tile_intensity,
             tm=tm,
             tn=tn,
             split=sp,

@@ -19,11 +19,12 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from nmsim.perf.hardware import normalize_dtype
+from nmsim.perf.hardware import GPU, normalize_dtype
 
 __all__ = [
     "DTYPE_CLASSES",
     "GemmParameters",
+    "architecture_key",
     "ParameterTable",
     "default_parameter_table",
     "default_parameters",
@@ -38,6 +39,16 @@ DTYPE_CLASSES: dict[str, str] = {
     "int8": "int8",
     "tf32": "tf32",
 }
+
+
+def architecture_key(gpu: GPU) -> str:
+    """The architecture a parameter scope names: the compute capability, ``"sm_80"``.
+
+    Finer than the marketing generation on purpose: sm_80 (A100) and sm_86
+    (GA10x) are both "Ampere" but differ in tensor rate per SM and in cache,
+    and sm_100 (B200) and sm_120 (GeForce Blackwell) likewise.
+    """
+    return "sm_" + gpu.compute_capability.replace(".", "")
 
 
 def dtype_class(dtype: str) -> str:
@@ -128,7 +139,12 @@ class GemmParameters:
     balanced_tile_intensity : float
         Tile intensity ``T_m T_n / (a T_m + T_n)`` (``a`` = stored fraction of
         A) at which an SM's operand feed just keeps the dense tensor cores
-        busy; sparse needs twice it. Default 64 (a 128x128 tile), assumed.
+        busy at their full issue rate; sparse needs twice it. Fitted.
+    feed_follows_issue_rate : bool
+        Scale that intensity by the tensor cores' issue rate for the chosen
+        accumulator relative to the fastest one (1/2 for FP32 accumulation on
+        GeForce parts): cores issuing at half rate need half the feed. False
+        reproduces the model before the corpus.
     compress_bandwidth_fraction : float
         Fraction of DRAM bandwidth a runtime prune + compress pass sustains,
         counted on the dense weight bytes (derived from a measured point).
@@ -160,6 +176,7 @@ class GemmParameters:
     sparse_split_k: tuple[int, ...] | None = None
     framework_sparse_split_k: tuple[int, ...] | None = None
     balanced_tile_intensity: float = 64.0
+    feed_follows_issue_rate: bool = True
     compress_bandwidth_fraction: float = 0.1
     provenance: str = "hand-set placeholder"
 
@@ -241,7 +258,7 @@ SCOPE_ORDER: tuple[tuple[bool, bool, bool], ...] = (
 
 
 def scope_pattern(scope: tuple[str, str, str]) -> str:
-    """``("Ampere", "*", "16bit")`` -> ``"architecture/*/dtype"``."""
+    """``("sm_80", "*", "16bit")`` -> ``"architecture/*/dtype"``."""
     names = ("architecture", "library", "dtype")
     return "/".join(name if value != "*" else "*" for value, name in zip(scope, names, strict=True))
 
@@ -365,7 +382,7 @@ def default_parameter_table() -> ParameterTable:
 
 
 def default_parameters(
-    architecture: str = "Ampere", library: str = "cusparselt", dtype: str = "fp16"
+    architecture: str = "sm_80", library: str = "cusparselt", dtype: str = "fp16"
 ) -> GemmParameters:
-    """Calibrated parameters for one architecture, sparse library and dtype."""
+    """Calibrated parameters for one architecture (``"sm_80"``), sparse library and dtype."""
     return default_parameter_table().resolve(architecture, library, dtype)

@@ -18,6 +18,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from nmsim.perf.gemm_parameters import architecture_key
 from nmsim.perf.hardware import GPU, get_gpu
 
 __all__ = [
@@ -101,7 +102,8 @@ class IntervalTable:
         name = regime(n)
         pooled = self.pooled[name]
         extrapolated = gpu.key not in self.measured_gpus
-        group = self.groups.get((gpu.architecture, name))
+        arch = architecture_key(gpu)
+        group = self.groups.get((arch, name))
         if extrapolated:
             widen = self.extrapolation_widening
             low, high = pooled.low * widen, pooled.high * widen
@@ -111,12 +113,12 @@ class IntervalTable:
             )
         elif group is not None and group.count >= self.minimum_rows:
             low, high = group.low, group.high
-            basis = f"{gpu.architecture} {name}: {group.count} cross-validated rows"
+            basis = f"{arch} {name}: {group.count} cross-validated rows"
         else:
             low, high = pooled.low, pooled.high
             have = 0 if group is None else group.count
             basis = (
-                f"{name} residuals of all GPUs ({pooled.count} rows; {gpu.architecture} has "
+                f"{name} residuals of all GPUs ({pooled.count} rows; {arch} has "
                 f"{have}, fewer than {self.minimum_rows})"
             )
         lo, hi = speedup * math.exp(low), speedup * math.exp(high)
