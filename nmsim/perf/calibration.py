@@ -123,6 +123,9 @@ FITTED: tuple[Fitted, ...] = (
 )
 _FITTED_BY_NAME = {f.name: f for f in FITTED}
 
+#: Weight of each printed absolute time's squared log error, beside the speedup's (1).
+ABSOLUTE_WEIGHT = 0.05
+
 #: Shrinkage of a scoped value toward its global value (weight on the squared log ratio,
 #: or on the squared difference relative to the parameter's range for offsets).
 SHRINKAGE = 0.5
@@ -401,7 +404,7 @@ def _row_losses(design: _Design, x: np.ndarray) -> np.ndarray:
     speed = np.log(dense / sparse / design.measured_speedup) ** 2
     timed = ~np.isnan(design.measured_dense)
     absolute = np.zeros_like(speed)
-    absolute[timed] = 0.25 * (
+    absolute[timed] = ABSOLUTE_WEIGHT * (
         np.log(dense[timed] / design.measured_dense[timed]) ** 2
         + np.log(sparse[timed] / design.measured_sparse[timed]) ** 2
     )
