@@ -53,7 +53,7 @@ def small_subset() -> list:
 def test_the_fit_evaluates_the_same_model_gemm_time_ships() -> None:
     """The vectorised evaluation the fit minimises equals gemm_time on every fitted row."""
     table = default_parameter_table()
-    rows = fitted_rows(ROWS)[::7]
+    rows = fitted_rows(ROWS)  # the shipped fit's rows: the same slots as the table
     design = _design(rows)
     x = np.array(
         [
@@ -83,7 +83,7 @@ def test_excluded_rows_are_reported_with_a_reason_and_never_fitted() -> None:
         assert (reason is None) == (row.id in fitted), row.id
         if "historic" in row.tags:
             assert reason is not None and "historic" in reason
-        if row.speedup > 2.0:
+        if row.speedup > 2.0 and row.library != "other" and not row.tags:
             assert reason is not None and "dense baseline" in reason
 
 

@@ -113,7 +113,7 @@ FITTED: tuple[Fitted, ...] = (
     Fitted("tile_fixed_k", 0.0, 2048.0, 128.0, "per-tile fixed cost, in k of dense loop"),
     Fitted("balanced_tile_intensity", 8.0, 256.0, 64.0, "tile intensity that feeds the cores"),
     Fitted("dense_k_step_ns", 0.0, 2000.0, 50.0, "shortest dense k-step of a CTA"),
-    Fitted("sparse_k_step_ns", 0.0, 4000.0, 200.0, "shortest sparse k-step of a CTA"),
+    Fitted("sparse_k_step_ratio", 1.0, 8.0, 1.5, "sparse / dense shortest k-step (>= 1)"),
     Fitted("launch_overhead_us", 0.0, 20.0, 4.0, "fixed time of a kernel call"),
     Fitted("sparse_extra_overhead_us", 0.0, 50.0, 1.0, "extra fixed time of a sparse call"),
     Fitted("framework_overhead_us", 0.0, 100.0, 10.0, "host time of a framework call"),
@@ -386,7 +386,10 @@ def _times(design: _Design, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             memory_efficiency=dense_m,
             a_memory_efficiency=sparse_m if s else dense_m,
             tile_fixed_k=v["tile_fixed_k"],
-            k_step_s=(v["sparse_k_step_ns"] if s else v["dense_k_step_ns"]) * 1e-9,
+            k_step_s=(
+                v["dense_k_step_ns"] * (np.maximum(1.0, v["sparse_k_step_ratio"]) if s else 1.0)
+            )
+            * 1e-9,
             overhead_s=overhead * 1e-6,
             balanced_tile_intensity=v["balanced_tile_intensity"],
             tm=tm,
@@ -771,11 +774,16 @@ def interval_table(rows: Sequence[RowResult]) -> dict[str, Any]:
     for name in ("small-n", "large-n"):
         members = [r for r in scored if r.regime == name] or scored
         pooled[name] = quantiles(members)
+    min_n = {
+        level: min((r.n for r in scored if r.level == level), default=1)
+        for level in ("kernel", "framework")
+    }
     return {
         "coverage": COVERAGE,
         "minimum_rows": MINIMUM_INTERVAL_ROWS,
         "extrapolation_widening": EXTRAPOLATION_WIDENING,
-        "measured_gpus": sorted({r.gpu for r in rows}),
+        "measured_gpus": sorted({r.gpu for r in scored}),
+        "min_n": min_n,
         "pooled": pooled,
         "groups": {key: quantiles(value) for key, value in sorted(groups.items())},
     }
@@ -999,6 +1007,7 @@ def intervals_toml(intervals: dict[str, Any], provenance: str) -> str:
         f"extrapolation_widening = {intervals['extrapolation_widening']!r}",
         "measured_gpus = [" + ", ".join(f'"{g}"' for g in intervals["measured_gpus"]) + "]",
     ]
+    lines += ["", "[min_n]"] + [f"{k} = {v!r}" for k, v in intervals["min_n"].items()]
     for section in ("pooled", "groups"):
         for key, value in intervals[section].items():
             lines += ["", f'[{section}."{key}"]']

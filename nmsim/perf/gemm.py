@@ -595,8 +595,8 @@ def gemm_time(
         }
         if interval.extrapolated:
             notes.append(
-                f"no measurement of {gpu_obj.key} is in the corpus: the speedup is "
-                "extrapolated and its interval widened"
+                "the speedup is extrapolated beyond the measured corpus and its interval "
+                f"widened ({interval.basis.split('extrapolated: ', 1)[-1].split('; ')[0]})"
             )
     dense_flops = 2.0 * m * n * k
     tiles_mn = math.ceil(m / tile[0]) * math.ceil(n / tile[1])

@@ -191,6 +191,12 @@ class GemmParameters:
                 f"dense_compute_efficiency={self.dense_compute_efficiency} (sparse is never "
                 "modelled faster than 2x the dense compute term)"
             )
+        if self.sparse_k_step_ns < self.dense_k_step_ns:
+            raise ValueError(
+                f"sparse_k_step_ns={self.sparse_k_step_ns} must be >= dense_k_step_ns="
+                f"{self.dense_k_step_ns} (a sparse step moves the same bytes of A plus metadata; "
+                "shorter, it would let sparse beat 2x)"
+            )
         if self.sparse_memory_efficiency > self.dense_memory_efficiency:
             raise ValueError(
                 f"sparse_memory_efficiency={self.sparse_memory_efficiency} must be <= "
@@ -239,11 +245,15 @@ SCOPED_FIELDS: dict[str, tuple[str, ...]] = {
     "sparse_memory_ratio": ("*/library/dtype", "architecture/library/dtype"),
     "sparse_extra_overhead_us": ("*/library/*",),
     "sparse_framework_overhead_us": ("*/library/*",),
-    "sparse_k_step_ns": ("*/library/*",),
+    "sparse_k_step_ratio": ("*/library/*",),
 }
 
 #: Fields of the table's global section that are not GemmParameters fields.
-RATIO_FIELDS: tuple[str, ...] = ("sparse_compute_ratio", "sparse_memory_ratio")
+RATIO_FIELDS: tuple[str, ...] = (
+    "sparse_compute_ratio",
+    "sparse_memory_ratio",
+    "sparse_k_step_ratio",
+)
 
 #: Merge order of scopes (coarse first); each later scope overrides the earlier ones.
 SCOPE_ORDER: tuple[tuple[bool, bool, bool], ...] = (
@@ -284,9 +294,10 @@ class ParameterTable:
     ----------
     base : dict
         Every field of :class:`GemmParameters` that is a number, plus the
-        ratios ``sparse_compute_ratio`` (sparse / dense compute efficiency) and
-        ``sparse_memory_ratio`` (sparse / dense memory efficiency), which make
-        the sparse efficiencies follow the dense ones they are bounded by.
+        ratios ``sparse_compute_ratio`` (sparse / dense compute efficiency),
+        ``sparse_memory_ratio`` (sparse / dense memory efficiency) and
+        ``sparse_k_step_ratio`` (sparse / dense k-step, >= 1), which make the
+        sparse terms follow the dense ones they are bounded by.
     overrides : dict
         ``{(architecture, library, dtype_class): {field: value}}``, ``"*"`` for
         any; a field may be scoped only as :data:`SCOPED_FIELDS` lists.
@@ -335,6 +346,7 @@ def parameters_from_values(
     }
     fields["sparse_compute_efficiency"] = min(dense_c, dense_c * values["sparse_compute_ratio"])
     fields["sparse_memory_efficiency"] = min(dense_m, dense_m * values["sparse_memory_ratio"])
+    fields["sparse_k_step_ns"] = values["dense_k_step_ns"] * max(1.0, values["sparse_k_step_ratio"])
     return structure.replace(**fields, provenance=provenance)
 
 

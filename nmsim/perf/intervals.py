@@ -85,6 +85,9 @@ class IntervalTable:
         Factor on the pooled log quantiles for a GPU with no measured row.
     measured_gpus : frozenset of str
         GPUs with at least one corpus row.
+    min_n : dict
+        Smallest ``n`` of a fitted row per level: below it the model extrapolates in
+        ``n`` (no kernel-level measurement has ``n < 64``).
     groups, pooled : dict
     provenance : str
     """
@@ -95,21 +98,34 @@ class IntervalTable:
     measured_gpus: frozenset[str]
     groups: dict[tuple[str, str], ResidualQuantiles]
     pooled: dict[str, ResidualQuantiles]
+    min_n: dict[str, int]
     provenance: str = ""
 
-    def interval(self, gpu: GPU, n: int, speedup: float) -> SpeedupInterval:
+    def interval(
+        self, gpu: GPU, n: int, speedup: float, level: str = "kernel"
+    ) -> SpeedupInterval:
         """The interval around a modelled ``speedup`` of an ``n``-column GEMM on ``gpu``."""
         name = regime(n)
         pooled = self.pooled[name]
-        extrapolated = gpu.key not in self.measured_gpus
+        unmeasured = gpu.key not in self.measured_gpus
+        below = n < self.min_n.get(level, 1)
+        extrapolated = unmeasured or below
         arch = architecture_key(gpu)
         group = self.groups.get((arch, name))
         if extrapolated:
             widen = self.extrapolation_widening
             low, high = pooled.low * widen, pooled.high * widen
+            why = []
+            if unmeasured:
+                why.append(f"no {gpu.key} row in the corpus")
+            if below:
+                why.append(
+                    f"no {level}-level row with n < {self.min_n[level]} in the corpus (every "
+                    "published batch-1 measurement is a framework-level slowdown)"
+                )
             basis = (
-                f"extrapolated: no {gpu.key} row in the corpus; {name} residuals of all "
-                f"GPUs ({pooled.count} rows) widened {widen:g}x"
+                f"extrapolated: {'; '.join(why)}; {name} residuals of all GPUs "
+                f"({pooled.count} rows) widened {widen:g}x"
             )
         elif group is not None and group.count >= self.minimum_rows:
             low, high = group.low, group.high
@@ -153,6 +169,7 @@ def table_from_toml(raw: dict[str, Any]) -> IntervalTable:
         measured_gpus=frozenset(raw["measured_gpus"]),
         groups=groups,
         pooled=pooled,
+        min_n={str(k): int(v) for k, v in raw.get("min_n", {}).items()},
         provenance=str(raw.get("provenance", "")),
     )
 
@@ -169,8 +186,7 @@ def speedup_interval(
 ) -> SpeedupInterval:
     """Prediction interval and verdict for a modelled speedup (see module docs).
 
-    ``level`` is accepted for symmetry with :func:`nmsim.perf.gemm.gemm_time`;
-    the residuals pool both levels because each source measures one.
+    The residuals pool both levels (each source measures one); ``level`` decides
+    whether ``n`` lies inside the corpus's coverage at that level.
     """
-    del level
-    return default_interval_table().interval(get_gpu(gpu), n, speedup)
+    return default_interval_table().interval(get_gpu(gpu), n, speedup, level)
