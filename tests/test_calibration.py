@@ -131,10 +131,23 @@ def test_interval_quantiles_bracket_zero_and_pool_by_regime() -> None:
 
     def row(i: int, n: int, measured: float, predicted: float) -> RowResult:
         return RowResult(
-            id=f"r{i}", source="s", gpu="a100", family="A100", dtype="fp16",
-            library="cusparselt", level="kernel", m=1, n=n, k=4, regime="small-n" if n <= 64 else "large-n",
-            measured=measured, fitted=True, predicted=predicted, cv_predicted=predicted,
-            constant=1.0, legacy=1.0,
+            id=f"r{i}",
+            source="s",
+            gpu="a100",
+            family="A100",
+            dtype="fp16",
+            library="cusparselt",
+            level="kernel",
+            m=1,
+            n=n,
+            k=4,
+            regime="small-n" if n <= 64 else "large-n",
+            measured=measured,
+            fitted=True,
+            predicted=predicted,
+            cv_predicted=predicted,
+            constant=1.0,
+            legacy=1.0,
         )
 
     rows = [row(i, 4096, 1.0 + 0.01 * i, 1.0) for i in range(20)]  # all under-predicted

@@ -104,7 +104,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_a_good_file_loads(tmp_path: Path) -> None:
-    sources, rows = load_corpus_file(write(tmp_path, GOOD_SOURCE + GOOD_ROW))
+    _sources, rows = load_corpus_file(write(tmp_path, GOOD_SOURCE + GOOD_ROW))
     assert rows[0].gpu == "a100-sxm4-80gb" and rows[0].speedup == 1.25
 
 
@@ -145,7 +145,7 @@ def test_corrupted_sources_and_duplicates_are_refused(tmp_path: Path) -> None:
     with pytest.raises(CorpusError, match="not valid TOML"):
         load_corpus_file(write(tmp_path, GOOD_SOURCE + "[[rows]\n"))
     path = write(tmp_path, GOOD_SOURCE + GOOD_ROW)
-    with pytest.raises(CorpusError, match="appears in two corpus files|appears twice"):
+    with pytest.raises(CorpusError, match=r"appears in two corpus files|appears twice"):
         load_corpus([path, path], include_shipped=False)
 
 

@@ -261,7 +261,6 @@ def test_decode_shaped_gemms_gain_nothing(gpu: str, tokens: int) -> None:
     measured) is never claimed faster, and on A100 and RTX 4090 it is a slowdown."""
     dense = gemm_time(gpu, 4096, tokens, 4096, dtype="fp16", level="framework")
     sparse = gemm_time(gpu, 4096, tokens, 4096, dtype="fp16", sparse="2:4", level="framework")
-    assert dense.bound in ("memory", "latency")
     assert sparse.verdict != "faster"
     if gpu in ("a100-sxm4-80gb", "rtx-4090"):
         assert dense.time_s / sparse.time_s <= 1.0
@@ -497,7 +496,13 @@ def test_framework_level_adds_exactly_the_dispatch_overheads() -> None:
     for sparse in (None, "2:4"):
         kernel = gemm_time("a100", 4096, 512, 4096, dtype="fp16", sparse=sparse, parameters=params)
         framework = gemm_time(
-            "a100", 4096, 512, 4096, dtype="fp16", sparse=sparse, level="framework",
+            "a100",
+            4096,
+            512,
+            4096,
+            dtype="fp16",
+            sparse=sparse,
+            level="framework",
             parameters=params,
         )
         extra = params.framework_overhead_us + (
@@ -530,12 +535,12 @@ def test_speedup_interval_brackets_the_estimate_and_the_verdict_follows_it(
     assert e.speedup == pytest.approx(e.dense_time_s / e.time_s, rel=1e-12)
     assert e.speedup_low is not None and e.speedup_high is not None
     assert e.speedup_low <= e.speedup <= e.speedup_high
-    expected = (
-        "faster" if e.speedup_low > 1 else "slower" if e.speedup_high < 1 else "no gain"
-    )
+    expected = "faster" if e.speedup_low > 1 else "slower" if e.speedup_high < 1 else "no gain"
     assert e.verdict == expected
     table = default_interval_table()
-    assert e.extrapolated == (get_gpu(gpu).key not in table.measured_gpus)
+    assert e.extrapolated == (
+        get_gpu(gpu).key not in table.measured_gpus or n < table.min_n["kernel"]
+    )
     assert e.interval_basis and ("extrapolated" in e.interval_basis) == e.extrapolated
     if e.extrapolated:
         assert any("extrapolated" in note for note in e.notes)

@@ -503,8 +503,11 @@ def _run_calibrate(args: argparse.Namespace) -> int:
         "qualitative checks",
         ["check", "result", "published statement"],
         [
-            [c["id"], ("pass" if c["passed"] else "FAIL") + f" (model {c['model']:.3f})",
-             c["check"]]
+            [
+                c["id"],
+                ("pass" if c["passed"] else "FAIL") + f" (model {c['model']:.3f})",
+                c["check"],
+            ]
             for c in report.checks
         ],
     )
@@ -620,9 +623,7 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "calibrate", help="fit the GEMM model on the measured corpus and cross-validate it"
     )
-    p.add_argument(
-        "--no-cv", action="store_true", help="skip the leave-one-source-out refits"
-    )
+    p.add_argument("--no-cv", action="store_true", help="skip the leave-one-source-out refits")
     p.add_argument(
         "--corpus",
         action="append",

@@ -117,9 +117,7 @@ FITTED: tuple[Fitted, ...] = (
     Fitted("launch_overhead_us", 0.0, 20.0, 4.0, "fixed time of a kernel call"),
     Fitted("sparse_extra_overhead_us", 0.0, 50.0, 1.0, "extra fixed time of a sparse call"),
     Fitted("framework_overhead_us", 0.0, 100.0, 10.0, "host time of a framework call"),
-    Fitted(
-        "sparse_framework_overhead_us", 0.0, 400.0, 20.0, "extra host time, sparse subclass"
-    ),
+    Fitted("sparse_framework_overhead_us", 0.0, 400.0, 20.0, "extra host time, sparse subclass"),
 )
 _FITTED_BY_NAME = {f.name: f for f in FITTED}
 
@@ -171,7 +169,10 @@ def exclusion_reason(row: Measurement) -> str | None:
     if tags:
         return "tagged " + ", ".join(tags)
     if row.speedup > BEYOND_HARDWARE:
-        return f"speedup {row.speedup:.2f} > {BEYOND_HARDWARE:g}: the dense baseline is far below its peak"
+        return (
+            f"speedup {row.speedup:.2f} > {BEYOND_HARDWARE:g}: the dense baseline is far "
+            "below its peak"
+        )
     return None
 
 
@@ -345,14 +346,14 @@ def _design(rows: Sequence[Measurement], structure: GemmParameters = STRUCTURE) 
         gather=gather,
         framework=np.array([r.level == "framework" for r in rows]),
         measured_speedup=np.array([r.speedup for r in rows], dtype=np.float64),
-        measured_dense=seconds([None if r.dense_us is None else r.dense_us / r.count for r in rows]),
+        measured_dense=seconds(
+            [None if r.dense_us is None else r.dense_us / r.count for r in rows]
+        ),
         measured_sparse=seconds(
             [None if r.sparse_us is None else r.sparse_us / r.count for r in rows]
         ),
         # each source weighs sqrt(its rows): many rows count, one table cannot swamp the rest
-        weight=np.array(
-            [TRUST_WEIGHT[r.trust] / math.sqrt(per_source[r.source]) for r in rows]
-        ),
+        weight=np.array([TRUST_WEIGHT[r.trust] / math.sqrt(per_source[r.source]) for r in rows]),
         structure=structure,
     )
 
@@ -490,7 +491,9 @@ def _fit_slots(design: _Design, *, sweeps: int, iterations: int) -> np.ndarray:
             rows, part = reach[i], parts[i]
             others = float(np.sum(row_loss)) - float(np.sum(row_loss[rows]))
 
-            def loss_at(value: float, i: int = i, part: _Design = part) -> float:
+            def loss_at(
+                value: float, i: int = i, part: _Design = part, others: float = others
+            ) -> float:
                 trial = x.copy()
                 trial[i] = value
                 return others + float(np.sum(_row_losses(part, trial))) + _penalty(design, trial)
@@ -568,9 +571,7 @@ def fit_table(
     )
 
 
-def predict_rows(
-    rows: Sequence[Measurement], table: ParameterTable | GemmParameters
-) -> np.ndarray:
+def predict_rows(rows: Sequence[Measurement], table: ParameterTable | GemmParameters) -> np.ndarray:
     """Modelled speedups of ``rows`` through :func:`~nmsim.perf.gemm.gemm_time`."""
     out = []
     for r in rows:
@@ -816,7 +817,7 @@ def calibrate(
     CalibrationReport
     """
     if rows is None:
-        sources, rows = load_corpus()
+        _sources, rows = load_corpus()
     rows = tuple(rows)
     usable = fitted_rows(rows)
     table = fit_table(usable, sweeps=sweeps, iterations=iterations)
@@ -976,7 +977,7 @@ def parameters_toml(table: ParameterTable) -> str:
     s = table.structure
     lines = [
         "# Written by `nmsim calibrate --write` (nmsim/perf/calibration.py); do not edit by hand.",
-        "# [parameters]: global values; [scoped.\"architecture/library/dtype-class\"]: values",
+        '# [parameters]: global values; [scoped."architecture/library/dtype-class"]: values',
         "# fitted for one scope and shrunk toward the global value (specs/gemm_model.md 4, 6).",
         f'provenance = "{table.provenance}"',
         "",
@@ -999,8 +1000,7 @@ def intervals_toml(intervals: dict[str, Any], provenance: str) -> str:
     lines = [
         "# Written by `nmsim calibrate --write` (nmsim/perf/calibration.py); do not edit by hand.",
         "# Quantiles of log(measured / predicted) speedup of leave-one-source-out predictions,",
-        "# per architecture and regime (small-n: n <= "
-        f"{SMALL_N}); specs/gemm_model.md section 8.",
+        f"# per architecture and regime (small-n: n <= {SMALL_N}); specs/gemm_model.md section 8.",
         f'provenance = "{provenance}"',
         f"coverage = {intervals['coverage']!r}",
         f"minimum_rows = {intervals['minimum_rows']!r}",

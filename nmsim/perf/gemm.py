@@ -43,9 +43,9 @@ from nmsim.perf.gemm_parameters import (
 from nmsim.perf.hardware import DTYPE_BYTES, GPU, get_gpu, normalize_dtype
 
 __all__ = [
+    "SPARSE_LIBRARIES",
     "GemmEstimate",
     "GemmParameters",
-    "SPARSE_LIBRARIES",
     "default_library",
     "default_parameters",
     "gemm_time",

@@ -24,8 +24,8 @@ from nmsim.perf.hardware import GPU, normalize_dtype
 __all__ = [
     "DTYPE_CLASSES",
     "GemmParameters",
-    "architecture_key",
     "ParameterTable",
+    "architecture_key",
     "default_parameter_table",
     "default_parameters",
     "dtype_class",

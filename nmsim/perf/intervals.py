@@ -101,9 +101,7 @@ class IntervalTable:
     min_n: dict[str, int]
     provenance: str = ""
 
-    def interval(
-        self, gpu: GPU, n: int, speedup: float, level: str = "kernel"
-    ) -> SpeedupInterval:
+    def interval(self, gpu: GPU, n: int, speedup: float, level: str = "kernel") -> SpeedupInterval:
         """The interval around a modelled ``speedup`` of an ``n``-column GEMM on ``gpu``."""
         name = regime(n)
         pooled = self.pooled[name]
