@@ -418,10 +418,10 @@ def _run_calibrate(args: argparse.Namespace) -> int:
     from nmsim.perf.calibration import calibrate, intervals_toml, parameters_toml
     from nmsim.perf.corpus import load_corpus
 
-    if args.write and args.no_cv:
+    if args.write and (args.no_cv or args.fold != "source"):
         raise ValueError(
-            "--write needs the cross-validation (drop --no-cv): the prediction intervals "
-            "come from its residuals"
+            "--write needs the leave-one-source-out cross-validation (drop --no-cv and "
+            "--fold): the prediction intervals come from its residuals"
         )
     _, rows = load_corpus(args.corpus)
     progress = None
@@ -430,7 +430,7 @@ def _run_calibrate(args: argparse.Namespace) -> int:
         def progress(fold: int, folds: int, source: str) -> None:
             print(f"  CV fold {fold + 1}/{folds}: holding out {source}", flush=True)
 
-    report = calibrate(rows, cross_validation=not args.no_cv, progress=progress)
+    report = calibrate(rows, cross_validation=not args.no_cv, progress=progress, fold=args.fold)
     if args.write:
         data = Path(__file__).resolve().parent.parent / "data"
         (data / "gemm_parameters.toml").write_text(parameters_toml(report.table), "utf-8")
@@ -465,8 +465,8 @@ def _run_calibrate(args: argparse.Namespace) -> int:
     )
     if report.summary:
         print_table(
-            f"leave-one-source-out CV ({report.folds} folds): |predicted/measured - 1| of the "
-            "speedup, median / p90 in %",
+            f"leave-one-{args.fold}-out CV ({report.folds} folds): |predicted/measured - 1| of "
+            "the speedup, median / p90 in %",
             ["family", "rows", "sources", "model", "constant", "previous model"],
             [
                 [
@@ -632,6 +632,12 @@ def add_parser(subparsers: Any) -> None:
         help="an extra corpus file (e.g. a GPU sweep's output); repeatable",
     )
     p.add_argument("--rows", action="store_true", help="print every corpus row")
+    p.add_argument(
+        "--fold",
+        choices=("source", "document"),
+        default="source",
+        help="what a CV fold holds out: one source (default) or every source of one document",
+    )
     p.add_argument(
         "--write",
         action="store_true",

@@ -636,21 +636,33 @@ class CrossValidation:
 
 
 def cross_validate(
-    rows: Sequence[Measurement], *, sweeps: int = 4, iterations: int = 24, progress: Any = None
+    rows: Sequence[Measurement],
+    *,
+    sweeps: int = 4,
+    iterations: int = 24,
+    progress: Any = None,
+    fold: str = "source",
 ) -> CrossValidation:
     """Leave-one-source-out CV: refit without each source, predict its rows.
 
     A source that is the only one measuring a GPU family still gets a
     prediction: its rows fall back to the pooled parameters (the honest
-    extrapolation). Deterministic.
+    extrapolation). ``fold="document"`` holds out every source of one document
+    together (a benchmark suite run on several machines). Deterministic.
     """
+    if fold not in ("source", "document"):
+        raise ValueError(f"fold={fold!r} must be 'source' or 'document'")
     usable = fitted_rows(rows)
-    sources = sorted({r.source for r in usable})
+
+    def key(row: Measurement) -> str:
+        return row.source if fold == "source" else (row.document or row.source)
+
+    sources = sorted({key(r) for r in usable})
     predicted: dict[str, float] = {}
     constant: dict[str, float] = {}
     for i, source in enumerate(sources):
-        train = [r for r in usable if r.source != source]
-        test = [r for r in usable if r.source == source]
+        train = [r for r in usable if key(r) != source]
+        test = [r for r in usable if key(r) == source]
         if progress is not None:
             progress(i, len(sources), source)
         if not train:
@@ -797,6 +809,7 @@ def calibrate(
     sweeps: int = 4,
     iterations: int = 24,
     progress: Any = None,
+    fold: str = "source",
 ) -> CalibrationReport:
     """Fit on the corpus, cross-validate by source, and report.
 
@@ -811,6 +824,8 @@ def calibrate(
         Fit effort (see :func:`fit_table`).
     progress : callable, optional
         ``progress(fold, folds, source)`` before each CV refit.
+    fold : {"source", "document"}
+        What one CV fold holds out (see :func:`cross_validate`).
 
     Returns
     -------
@@ -822,7 +837,7 @@ def calibrate(
     usable = fitted_rows(rows)
     table = fit_table(usable, sweeps=sweeps, iterations=iterations)
     cv = (
-        cross_validate(rows, sweeps=sweeps, iterations=iterations, progress=progress)
+        cross_validate(rows, sweeps=sweeps, iterations=iterations, progress=progress, fold=fold)
         if cross_validation
         else CrossValidation({}, {}, 0)
     )

@@ -92,6 +92,7 @@ class MeasurementSource:
     url: str = ""
     file: str = ""
     dry_run: bool = False
+    document: str = ""
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ class Measurement:
     count: int = 1
     tags: tuple[str, ...] = ()
     trust: str = "medium"
+    document: str = ""
     library_detail: str = ""
     dense_library: str = ""
     gpu_as_printed: str = ""
@@ -179,6 +181,9 @@ def _source(raw: Any, index: int, path: str) -> MeasurementSource:
         url=str(raw.get("url", "")),
         file=str(raw.get("file", "")),
         dry_run=bool(raw.get("dry_run", False)),
+        # sources from one document (one benchmark suite run on several machines) share it;
+        # document-level CV holds them out together
+        document=str(raw.get("document", raw["id"])),
     )
 
 
@@ -265,6 +270,7 @@ def _row(raw: Any, index: int, path: str, sources: dict[str, MeasurementSource])
         count=_positive_int(raw.get("count", 1), "count", where),
         tags=tuple(tags),
         trust=sources[raw["source"]].trust,
+        document=sources[raw["source"]].document,
         library_detail=str(raw.get("library_detail", "")),
         dense_library=str(raw.get("dense_library", "")),
         gpu_as_printed=str(raw.get("gpu_as_printed", "")),
