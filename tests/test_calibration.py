@@ -242,3 +242,13 @@ def test_calibrate_cli_json_parses(capsys: pytest.CaptureFixture[str]) -> None:
 def test_calibrate_cli_refuses_to_write_without_cv(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["calibrate", "--no-cv", "--write"]) != 0
     assert "--write needs the cross-validation" in capsys.readouterr().err
+
+
+def test_document_folds_hold_out_every_source_of_a_document() -> None:
+    rows = [r for r in ROWS if r.document.startswith("UDC-GAC/venom")] + small_subset()
+    by_source = cross_validate(rows, sweeps=1, iterations=4)
+    by_document = cross_validate(rows, sweeps=1, iterations=4, fold="document")
+    documents = {r.document for r in fitted_rows(rows)}
+    assert by_document.folds == len(documents) < by_source.folds
+    with pytest.raises(ValueError, match="fold='machine' must be 'source' or 'document'"):
+        cross_validate(rows, fold="machine")
