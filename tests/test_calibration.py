@@ -1,160 +1,254 @@
-"""Calibration: data provenance, fit reproducibility and power, held-out error, CLI."""
+"""Calibration on the measured corpus: reproducible fit, honest CV, baselines, intervals, CLI."""
 
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import replace
+import statistics
+import tomllib
 from functools import cache
+from importlib import resources
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from nmsim.cli import main
 from nmsim.perf.calibration import (
-    FITTED,
+    LEGACY_PARAMETERS,
     CalibrationReport,
+    _design,
+    _times,
     calibrate,
     compress_time_s,
-    fit_parameters,
+    cross_validate,
+    exclusion_reason,
+    fit_table,
+    fitted_rows,
+    interval_table,
     load_points,
-    predict_point,
+    parameters_toml,
+    predict_rows,
 )
-from nmsim.perf.gemm import default_parameters
-from nmsim.perf.hardware import get_gpu
+from nmsim.perf.corpus import load_corpus
+from nmsim.perf.gemm import gemm_time
+from nmsim.perf.gemm_parameters import default_parameter_table, table_from_toml
+from nmsim.perf.intervals import default_interval_table
+
+SOURCES, ROWS = load_corpus()
 
 
 @cache
-def report() -> CalibrationReport:
-    """One calibration with leave-one-out, shared by the tests (about 2 s)."""
-    return calibrate(leave_one_out=True)
+def full_report() -> CalibrationReport:
+    """The shipped calibration: fit plus leave-one-source-out CV (a few minutes)."""
+    return calibrate()
 
 
-def test_every_point_has_a_source_and_a_known_gpu() -> None:
-    points = load_points()
-    assert len({p.id for p in points}) == len(points)
-    for point in points:
-        # A public source a reader can open: a URL, or an arXiv number for a paper.
-        assert re.search(r"https?://|arXiv \d{4}\.\d{4,5}", point.source), point.id
-        get_gpu(point.gpu)
-        if point.role in ("train", "test"):
-            assert point.gemms and point.measured_speedup is not None
-        if point.role == "excluded":
-            assert point.reason
+def small_subset() -> list:
+    """Three small sources: enough for a CV with a fold per source, in seconds."""
+    wanted = ("pt-ao-issue-174", "pt-blog-sparse-training", "vendor-sparseflow-csv")
+    return [r for r in ROWS if r.source in wanted]
 
 
-def test_only_read_sources_are_fitted_or_checked() -> None:
-    """Sources are tagged [R] (read in the source) or [M] (not re-read there; must be checked
-    first): an [M] row may be kept for the record but never fitted, held out or used as a check."""
-    for point in load_points():
-        if point.role in ("train", "test", "check", "overhead"):
-            assert "[R]" in point.source and "[M]" not in point.source, point.id
-        if "[M]" in point.source:
-            assert point.role == "excluded", point.id
-
-
-def test_published_numbers_are_copied_faithfully() -> None:
-    """Spot-check the points against the figures in their cited sources."""
-    by_id = {p.id: p for p in load_points()}
-    assert (by_id["a100-cutlass-linear"].dense_us, by_id["a100-cutlass-linear"].sparse_us) == (
-        870.0,
-        630.0,
+# --------------------------------------------------------------------------- the model
+def test_the_fit_evaluates_the_same_model_gemm_time_ships() -> None:
+    """The vectorised evaluation the fit minimises equals gemm_time on every fitted row."""
+    table = default_parameter_table()
+    rows = fitted_rows(ROWS)  # the shipped fit's rows: the same slots as the table
+    design = _design(rows)
+    x = np.array(
+        [
+            table.base[name] if scope == ("*", "*", "*") else table.overrides[scope][name]
+            for name, scope in design.slots
+        ]
     )
-    assert by_id["a100-cusparselt-vitl-mlp"].measured_speedup == pytest.approx(1.39, abs=0.005)
-    assert by_id["a100-mlp-train-weight24"].measured_speedup == pytest.approx(1.25, abs=0.005)
-    assert by_id["rtx4090-llama2-7b-decode"].speedup == 0.88
-    flops = sum(2 * g.m * g.n * g.k for g in by_id["a100-mlp-train-weight24"].gemms)
-    assert flops == pytest.approx(2.22e12, rel=0.01)  # "2.22 TFLOP per step"
+    dense, sparse = _times(design, x)
+    assert np.allclose(dense / sparse, predict_rows(rows, table), rtol=1e-12, atol=0)
+
+
+def test_previous_model_is_reproduced_exactly_as_the_baseline() -> None:
+    """LEGACY_PARAMETERS (every new term off) give the model's outputs before the corpus."""
+    path = Path(__file__).parent / "data" / "previous_gemm_model.json"
+    for row in json.loads(path.read_text("utf-8")):
+        args = (row["gpu"], row["m"], row["n"], row["k"])
+        dense = gemm_time(*args, dtype="fp16", parameters=LEGACY_PARAMETERS)
+        sparse = gemm_time(*args, dtype="fp16", sparse="2:4", parameters=LEGACY_PARAMETERS)
+        assert dense.time_s == pytest.approx(row["dense"], rel=1e-12)
+        assert sparse.time_s == pytest.approx(row["sparse"], rel=1e-12)
+
+
+def test_excluded_rows_are_reported_with_a_reason_and_never_fitted() -> None:
+    fitted = {r.id for r in fitted_rows(ROWS)}
+    for row in ROWS:
+        reason = exclusion_reason(row)
+        assert (reason is None) == (row.id in fitted), row.id
+        if "historic" in row.tags:
+            assert reason is not None and "historic" in reason
+        if row.speedup > 2.0 and row.library != "other" and not row.tags:
+            assert reason is not None and "dense baseline" in reason
+
+
+def test_fit_is_deterministic_and_the_file_round_trips() -> None:
+    rows = small_subset()
+    a = fit_table(rows, sweeps=1, iterations=8)
+    b = fit_table(rows, sweeps=1, iterations=8)
+    assert a == b
+    again = table_from_toml(tomllib.loads(parameters_toml(a)))
+    assert again.base == a.base and again.overrides == a.overrides
+    assert again.structure == a.structure
+
+
+def test_cross_validation_is_deterministic_and_holds_each_source_out() -> None:
+    rows = small_subset()
+    first = cross_validate(rows, sweeps=1, iterations=8)
+    second = cross_validate(rows, sweeps=1, iterations=8)
+    assert first == second
+    assert first.folds == len({r.source for r in rows})
+    for row in fitted_rows(rows):
+        # the constant baseline is the median of the *other* sources' rows
+        others = [r.speedup for r in fitted_rows(rows) if r.source != row.source]
+        assert first.constant[row.id] == statistics.median(others)
+        assert row.id in first.predicted
+
+
+def test_fit_recovers_a_known_model_from_its_own_predictions() -> None:
+    """Power: rows generated by a known table are fitted back to the same speedups."""
+    from dataclasses import replace
+
+    truth = default_parameter_table()
+    rows = [r for r in fitted_rows(ROWS) if r.gpu in ("a100-pcie-80gb", "rtx-4090")][::5]
+    speedups = predict_rows(rows, truth)
+    synthetic = [
+        replace(r, speedup=float(s), dense_us=None, sparse_us=None)
+        for r, s in zip(rows, speedups, strict=True)
+    ]
+    refit = fit_table(synthetic, sweeps=2, iterations=16)
+    error = np.abs(predict_rows(synthetic, refit) / speedups - 1)
+    assert float(np.median(error)) < 0.03
+
+
+def test_interval_quantiles_bracket_zero_and_pool_by_regime() -> None:
+    from nmsim.perf.calibration import RowResult
+
+    def row(i: int, n: int, measured: float, predicted: float) -> RowResult:
+        return RowResult(
+            id=f"r{i}",
+            source="s",
+            gpu="a100",
+            family="A100",
+            dtype="fp16",
+            library="cusparselt",
+            level="kernel",
+            m=1,
+            n=n,
+            k=4,
+            regime="small-n" if n <= 64 else "large-n",
+            measured=measured,
+            fitted=True,
+            predicted=predicted,
+            cv_predicted=predicted,
+            constant=1.0,
+            legacy=1.0,
+        )
+
+    rows = [row(i, 4096, 1.0 + 0.01 * i, 1.0) for i in range(20)]  # all under-predicted
+    table = interval_table(rows)
+    large = table["pooled"]["large-n"]
+    assert large["count"] == 20 and large["low"] == 0.0 and large["high"] > 0
+    # no small-n rows: the small-n regime pools everything rather than claiming certainty
+    assert table["pooled"]["small-n"]["count"] == 20
+
+
+# --------------------------------------------------------------------------- shipped data
+@pytest.mark.slow
+def test_shipped_parameters_and_intervals_equal_a_fresh_calibration() -> None:
+    report = full_report()
+    shipped = default_parameter_table()
+    assert report.table.base == shipped.base
+    assert report.table.overrides == shipped.overrides
+    assert report.table.structure == shipped.structure
+    text = resources.files("nmsim").joinpath("data/gemm_intervals.toml").read_text("utf-8")
+    raw = tomllib.loads(text)
+    for section in ("pooled", "groups"):
+        assert raw[section] == report.intervals[section], section
+    assert sorted(raw["measured_gpus"]) == report.intervals["measured_gpus"]
+    assert default_interval_table().coverage == report.intervals["coverage"]
 
 
 @pytest.mark.slow
-def test_shipped_parameters_equal_a_fresh_fit() -> None:
-    """The data file is the output of `nmsim calibrate --write`, not hand-edited."""
-    fitted = report().parameters
-    shipped = default_parameters()
-    for name in (
-        *FITTED,
-        "dense_memory_efficiency",
-        "launch_overhead_us",
-        "sparse_extra_overhead_us",
-        "compress_bandwidth_fraction",
-    ):
-        assert getattr(shipped, name) == getattr(fitted, name), name
+def test_cross_validated_error_beats_both_baselines() -> None:
+    """The closing note's CV table: the model must beat a constant and the previous model."""
+    summary = {s.group: s for s in full_report().summary}
+    overall = summary["all"]
+    assert overall.rows >= 80
+    assert overall.model_median < overall.constant_median
+    assert overall.model_median < overall.legacy_median
 
 
 @pytest.mark.slow
-def test_held_out_error_meets_the_target_and_is_reported_honestly() -> None:
-    r = report()
-    assert r.held_out_median_error_pct is not None and r.held_out_median_error_pct <= 10.0
-    assert r.loo_median_error_pct is not None and r.loo_median_error_pct <= 10.0
-    # The decode point alone identifies the sparse memory efficiency: LOO must expose that.
-    assert r.loo_max_error_pct is not None and r.loo_max_error_pct > 20.0
-    text = " ".join(r.warnings)
-    assert "no quantitative Hopper point" in text
-    assert "only 1 held-out point" in text
+def test_interval_coverage_on_cross_validated_rows_is_near_nominal() -> None:
+    """About 80 % of held-out rows fall inside the interval built from the CV residuals."""
+    report = full_report()
+    table = default_interval_table()
+    from nmsim.perf.hardware import get_gpu
+
+    inside = total = 0
+    for r in report.rows:
+        if not r.fitted or r.cv_predicted is None:
+            continue
+        interval = table.interval(get_gpu(r.gpu), r.n, r.cv_predicted)
+        inside += interval.low <= r.measured <= interval.high
+        total += 1
+    assert 0.7 <= inside / total <= 0.95
 
 
-@pytest.mark.slow
-def test_qualitative_checks_pass() -> None:
-    checks = [row for row in report().rows if row.role == "check"]
-    assert len(checks) == 2
-    assert all(row.passed for row in checks)
+def test_qualitative_checks_pass_on_the_shipped_model() -> None:
+    from nmsim.perf.calibration import _checks
+
+    checks = _checks(default_parameter_table())
+    assert {c["id"] for c in checks} == {"a100-gemv-no-speedup", "a100-upper-bound"}
+    assert all(c["passed"] for c in checks), checks
 
 
-def test_hopper_point_is_shown_beside_a_model_range_and_never_fitted() -> None:
-    (row,) = [r for r in report().rows if r.id == "hopper-fp8-llama3-8b"]
-    assert row.role == "excluded" and row.predicted_speedup is None
-    assert "model range" in row.detail
-    low, high = (float(x) for x in row.detail.split("model range ")[1].split("x")[0].split("-"))
-    assert low < 1.22 < high  # the published figure lies inside the modelled range
+def test_workload_and_check_points_keep_their_sources() -> None:
+    for point in load_points():
+        assert "[R]" in point["source"] or point["role"] == "excluded", point["id"]
+        assert point["role"] in ("check", "overhead", "workload", "excluded")
 
 
 def test_compress_time_reproduces_the_measured_point() -> None:
-    assert compress_time_s("a100-sxm4-80gb", 8 * 2**20) == pytest.approx(36e-6, rel=1e-4)
-    # bandwidth scaling: H100 SXM has more bandwidth, so the pass is faster
-    assert compress_time_s("h100-sxm", 8 * 2**20) < 36e-6
+    (point,) = [p for p in load_points() if p["role"] == "overhead"]
+    seconds = compress_time_s(point["gpu"], point["weight_mib"] * 2**20)
+    assert seconds * 1e6 == pytest.approx(point["time_us"], rel=1e-4)
+    with pytest.raises(ValueError, match="weight_bytes=-1 must be finite"):
+        compress_time_s("a100", -1)
 
 
-def test_compress_time_rejects_impossible_sizes() -> None:
-    for size in (-1.0, float("nan"), float("inf")):
-        with pytest.raises(ValueError, match=r"weight_bytes=.* must be finite and >= 0"):
-            compress_time_s("a100", size)
-
-
-def test_fit_recovers_known_parameters_from_synthetic_measurements() -> None:
-    """Power test: measurements generated by known parameters are fitted back."""
-    truth = default_parameters().replace(
-        dense_compute_efficiency=0.75, sparse_compute_efficiency=0.45, sparse_memory_efficiency=0.5
-    )
-    synthetic = []
-    for point in load_points():
-        if point.role not in ("train", "test"):
-            continue
-        pred = predict_point(point, truth)
-        if point.dense_us is not None:
-            synthetic.append(
-                replace(point, dense_us=pred.dense_s * 1e6, sparse_us=pred.sparse_s * 1e6)
-            )
-        else:
-            synthetic.append(replace(point, speedup=pred.speedup))
-    fitted = fit_parameters(synthetic)
-    for name in FITTED:
-        assert getattr(fitted, name) == pytest.approx(getattr(truth, name), abs=0.01), name
-
-
-def test_fit_rejects_points_without_measurements() -> None:
-    with pytest.raises(ValueError, match="at least one point"):
-        fit_parameters([p for p in load_points() if p.role == "excluded" and not p.gemms])
+# --------------------------------------------------------------------------- CLI
+def test_calibrate_cli_without_cv_prints_the_corpus_and_parameters(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["calibrate", "--no-cv"]) == 0
+    out = capsys.readouterr().out
+    assert "corpus:" in out and "rows by source" in out and "parameters" in out
 
 
 def test_calibrate_cli_json_parses(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["calibrate", "--json", "--no-loo"]) == 0
+    assert main(["calibrate", "--no-cv", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["held_out_median_error_pct"] <= 10.0
-    assert {row["id"] for row in data["rows"]} >= {"a100-cutlass-linear", "a100-compress"}
+    assert data["corpus"]["rows"] == len(ROWS)
+    assert data["parameters"]["global"]["dense_compute_efficiency"] > 0
 
 
-def test_calibrate_cli_table(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["calibrate", "--no-loo"]) == 0
-    out = capsys.readouterr().out
-    assert "held-out (test) speedup error: median" in out
-    assert "warning: no quantitative Hopper point" in out
+def test_calibrate_cli_refuses_to_write_without_cv(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibrate", "--no-cv", "--write"]) != 0
+    assert "--write needs the cross-validation" in capsys.readouterr().err
+
+
+def test_document_folds_hold_out_every_source_of_a_document() -> None:
+    rows = [r for r in ROWS if r.document.startswith("UDC-GAC/venom")] + small_subset()
+    by_source = cross_validate(rows, sweeps=1, iterations=4)
+    by_document = cross_validate(rows, sweeps=1, iterations=4, fold="document")
+    documents = {r.document for r in fitted_rows(rows)}
+    assert by_document.folds == len(documents) < by_source.folds
+    with pytest.raises(ValueError, match="fold='machine' must be 'source' or 'document'"):
+        cross_validate(rows, fold="machine")

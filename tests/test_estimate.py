@@ -169,16 +169,21 @@ def test_gemm_cli_table(capsys: pytest.CaptureFixture[str]) -> None:
 def test_gemm_cli_speedup_line_uses_the_unrounded_ratio_format(
     m: int, n: int, k: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The table's speedup line is format_ratio's: never "1.000x" for a ratio that is not 1."""
+    """The table's speedup line is format_ratio's: never "1.000x" for a ratio that is not 1.
+
+    The point value comes first, then its prediction interval and the verdict.
+    """
     from nmsim.cli.tables import format_ratio
     from nmsim.perf.gemm import gemm_time
 
     argv = ["gemm", "--gpu", "a100", "-m", str(m), "-n", str(n), "-k", str(k), "--sparse", "2:4"]
     assert main(argv) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("speedup"))
-    ratio = gemm_time("a100", m, n, k).time_s / gemm_time("a100", m, n, k, sparse="2:4").time_s
-    assert line == f"speedup dense/sparse: {format_ratio(ratio, digits=3)}"
-    assert ratio == 1 or line != "speedup dense/sparse: 1.000x"
+    sparse = gemm_time("a100", m, n, k, sparse="2:4")
+    ratio = gemm_time("a100", m, n, k).time_s / sparse.time_s
+    assert line.startswith(f"speedup dense/sparse: {format_ratio(ratio, digits=3)} [")
+    assert line.endswith(f"-> {sparse.verdict}")
+    assert ratio == 1 or not line.startswith("speedup dense/sparse: 1.000x")
 
 
 @pytest.mark.parametrize(
@@ -302,3 +307,298 @@ def test_step_equals_the_gemms_and_passes_written_out() -> None:
             expected = t(*shape, "2:4" if gemm in sparse_gemms else None, **extra)
             assert e.per_gemm_s[gemm] == pytest.approx(expected, rel=1e-12), (method, gemm)
         assert e.compress_s == pytest.approx(passes * one_pass, rel=1e-12), method
+
+
+# --------------------------------------------------------------------------- intervals
+def _measured_and_extrapolated_gpus() -> tuple[str | None, str | None]:
+    """A GPU the corpus measured and one it did not (each None if there is none), bf16-capable."""
+    from nmsim.perf.hardware import list_gpus
+    from nmsim.perf.intervals import default_interval_table
+
+    measured = default_interval_table().measured_gpus
+    keys = [g.key for g in list_gpus() if any(p.input == "bf16" for p in g.peaks)]
+    return (
+        next((k for k in keys if k in measured), None),
+        next((k for k in keys if k not in measured), None),
+    )
+
+
+def _check_intervals(e: object) -> None:
+    from nmsim.perf.intervals import verdict
+
+    assert e.gemm_s_low <= e.gemm_s <= e.gemm_s_high
+    assert e.step_s_low <= e.step_s <= e.step_s_high
+    assert e.gemm_time_reduction_low <= e.gemm_time_reduction <= e.gemm_time_reduction_high
+    assert e.time_reduction_low <= e.time_reduction <= e.time_reduction_high
+    for gemm, point in e.per_gemm_s.items():
+        assert e.per_gemm_s_low[gemm] <= point <= e.per_gemm_s_high[gemm], gemm
+    assert e.gemm_verdict == verdict(e.gemm_time_reduction_low, e.gemm_time_reduction_high)
+    assert e.verdict == verdict(e.time_reduction_low, e.time_reduction_high)
+    if e.verdict == "faster":
+        assert e.time_reduction_low > 1
+    elif e.verdict == "slower":
+        assert e.time_reduction_high < 1
+    else:
+        assert e.verdict == "no gain" and e.time_reduction_low <= 1 <= e.time_reduction_high
+    data = e.as_dict()
+    json.dumps(data)
+    for name in (
+        "time_reduction_low",
+        "time_reduction_high",
+        "gemm_time_reduction_low",
+        "gemm_time_reduction_high",
+        "verdict",
+        "gemm_verdict",
+        "extrapolated",
+        "interval_basis",
+    ):
+        assert name in data
+
+
+@pytest.mark.parametrize(
+    ("model", "method", "pattern", "gpu", "batch", "dtype", "mode"),
+    [
+        ("resnet50", "srste", "2:4", "a100", 64, "fp16", "train"),
+        ("bert-base", "transposable", "2:4", "h100-sxm", 8, "bf16", "train"),
+        ("llama-mlp", "bimask", "2:4", "a100", 2, "fp16", "train"),
+        ("llama-mlp", "srste", "2:4", "h100-sxm", 1, "bf16", "inference"),
+        ("bert-base", "transposable", "4:8", "h100-sxm", 8, "bf16", "train"),
+    ],
+)
+def test_step_intervals_contain_the_point_and_the_verdicts_follow_them(
+    model: str, method: str, pattern: str, gpu: str, batch: int, dtype: str, mode: str
+) -> None:
+    e = estimate_step(model, method, pattern, gpu, batch, dtype, mode=mode)  # type: ignore[arg-type]
+    _check_intervals(e)
+    if pattern == "4:8":  # not accelerated: every GEMM is a point, nothing to widen
+        assert e.sparse_gemms == 0 and e.interval_basis is None
+        assert e.gemm_s_low == e.gemm_s == e.gemm_s_high
+    else:
+        assert e.sparse_gemms > 0 and "interval" in e.interval_basis
+        assert e.gemm_s_low < e.gemm_s < e.gemm_s_high
+        assert e.interval_coverage is not None and 0 < e.interval_coverage < 1
+
+
+def test_dense_method_has_a_point_interval() -> None:
+    e = estimate_step("resnet18", "dense", "2:4", "a100", 16, "fp16")
+    assert e.gemm_s_low == e.gemm_s == e.gemm_s_high
+    assert e.step_s_low == e.step_s == e.step_s_high
+    assert e.time_reduction_low == e.time_reduction_high == 1.0
+    assert e.verdict == "no gain" and e.sparse_gemms == 0
+    assert e.interval_basis is None and e.extrapolated is False
+
+
+def test_step_interval_is_the_sum_of_the_gemm_interval_ends_written_out() -> None:
+    """One linear layer, transposable 2:4: forward and dX sparse, dW dense.
+
+    The sparse GEMMs' time intervals are [dense/speedup_high, dense/speedup_low] from
+    gemm_time itself; the step's ends are their sums plus the point dW, non-GEMM and
+    compress times.
+    """
+    from nmsim.perf.calibration import compress_time_s
+    from nmsim.perf.gemm import gemm_time
+    from nmsim.perf.intervals import verdict
+
+    out, inp, tokens, batch = 512, 256, 64, 4
+    rows = tokens * batch
+    layer = (Layer("w", "linear", out, inp, tokens),)
+    options = MethodOptions(keep_dense_roles=())
+    e = estimate_step(layer, "transposable", "2:4", "a100", batch, "fp16", options=options)
+
+    def g(m: int, n: int, k: int, sparse: str | None = None, **kw: int):
+        return gemm_time("a100", m, n, k, dtype="fp16", sparse=sparse, **kw)
+
+    forward = g(out, rows, inp, "2:4", b_elements=inp * rows)
+    input_grad = g(inp, rows, out, "2:4", c_elements=inp * rows)
+    weight_grad = g(out, inp, rows, b_elements=inp * rows).time_s
+    for sparse in (forward, input_grad):
+        assert sparse.speedup_low <= sparse.speedup <= sparse.speedup_high
+    low = (
+        forward.dense_time_s / forward.speedup_high
+        + input_grad.dense_time_s / input_grad.speedup_high
+        + weight_grad
+    )
+    high = (
+        forward.dense_time_s / forward.speedup_low
+        + input_grad.dense_time_s / input_grad.speedup_low
+        + weight_grad
+    )
+    assert e.per_gemm_s_low == pytest.approx(
+        {
+            "forward": forward.dense_time_s / forward.speedup_high,
+            "input_grad": input_grad.dense_time_s / input_grad.speedup_high,
+            "weight_grad": weight_grad,
+        },
+        rel=1e-12,
+    )
+    assert e.gemm_s_low == pytest.approx(low, rel=1e-12)
+    assert e.gemm_s_high == pytest.approx(high, rel=1e-12)
+    dense_gemm = forward.dense_time_s + input_grad.dense_time_s + weight_grad
+    assert e.dense_gemm_s == pytest.approx(dense_gemm, rel=1e-12)
+    non_gemm = dense_gemm * 0.25 / 0.75
+    compress = compress_time_s("a100", out * inp * 2)
+    assert e.step_s_low == pytest.approx(low + non_gemm + compress, rel=1e-12)
+    assert e.step_s_high == pytest.approx(high + non_gemm + compress, rel=1e-12)
+    assert e.gemm_time_reduction_low == pytest.approx(dense_gemm / high, rel=1e-12)
+    assert e.gemm_time_reduction_high == pytest.approx(dense_gemm / low, rel=1e-12)
+    step_low = (dense_gemm + non_gemm) / (high + non_gemm + compress)
+    step_high = (dense_gemm + non_gemm) / (low + non_gemm + compress)
+    assert e.time_reduction_low == pytest.approx(step_low, rel=1e-12)
+    assert e.time_reduction_high == pytest.approx(step_high, rel=1e-12)
+    assert e.verdict == verdict(step_low, step_high)
+    assert e.sparse_gemms == 2
+    assert e.extrapolated is forward.extrapolated
+    assert e.interval_basis == forward.interval_basis  # both GEMMs share one basis here
+
+
+def _fixed_interval_table(monkeypatch: pytest.MonkeyPatch, low: float, high: float) -> None:
+    """Every GPU measured, every regime with log-residual quantiles [low, high]."""
+    import dataclasses
+
+    from nmsim.perf import intervals
+    from nmsim.perf.hardware import list_gpus
+
+    base = intervals.default_interval_table()
+    quantiles = intervals.ResidualQuantiles(100, low, high)
+    table = dataclasses.replace(
+        base,
+        measured_gpus=frozenset(g.key for g in list_gpus()),
+        min_n={},
+        groups={},
+        pooled={"small-n": quantiles, "large-n": quantiles},
+        minimum_rows=1,
+    )
+    monkeypatch.setattr(intervals, "default_interval_table", lambda: table)
+
+
+def test_verdicts_follow_the_interval_not_the_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Independent of the shipped calibration: the interval table is fixed here."""
+    big = (Layer("w", "linear", 8192, 8192, 1),)
+    decode = (Layer("w", "linear", 64, 4096, 1),)
+    options = MethodOptions(keep_dense_roles=())
+
+    def run(layers: tuple[Layer, ...], batch: int):
+        # decode through torch.sparse (framework level), where published decode numbers are
+        return estimate_step(
+            layers,
+            "srste",
+            "2:4",
+            "a100",
+            batch,
+            "fp16",
+            mode="inference",
+            options=options,
+            level="framework" if batch < 64 else "kernel",
+        )
+
+    _fixed_interval_table(monkeypatch, 0.0, 0.0)  # a zero-width interval is the point
+    e = run(big, 8192)
+    assert e.gemm_s_low == pytest.approx(e.gemm_s, rel=1e-12)
+    assert e.gemm_s_high == pytest.approx(e.gemm_s, rel=1e-12)
+    assert e.gemm_time_reduction > 1.05 and e.verdict == "faster"
+    _fixed_interval_table(monkeypatch, -0.01, 0.01)
+    assert run(big, 8192).verdict == "faster"
+    slow = run(decode, 8)
+    assert slow.gemm_time_reduction < 0.9 and slow.verdict == "slower"
+    _fixed_interval_table(monkeypatch, -5.0, 5.0)  # wide enough to contain 1 either way
+    assert run(big, 8192).verdict == "no gain" and run(decode, 8).verdict == "no gain"
+    assert run(big, 8192).extrapolated is False
+
+
+def test_an_unmeasured_gpu_is_flagged_extrapolated() -> None:
+    measured, unmeasured = _measured_and_extrapolated_gpus()
+    if unmeasured is None:
+        pytest.skip("every GPU of the database has a corpus row")
+    e = estimate_step("bert-base", "srste", "2:4", unmeasured, 8, "bf16")
+    assert e.extrapolated is True and "extrapolated" in e.interval_basis
+    assert any("extrapolated" in note for note in e.notes)
+    _check_intervals(e)
+    if measured is not None:
+        m = estimate_step("bert-base", "srste", "2:4", measured, 8, "bf16")
+        assert m.extrapolated is False and "extrapolated" not in m.interval_basis
+
+
+def test_library_and_level_reach_every_gemm() -> None:
+    """Each GEMM equals gemm_time called with the same library and level."""
+    from nmsim.perf.gemm import gemm_time
+
+    out, inp, tokens, batch = 512, 256, 64, 4
+    rows = tokens * batch
+    layer = (Layer("w", "linear", out, inp, tokens),)
+    options = MethodOptions(keep_dense_roles=())
+    for library, level in [(None, "kernel"), ("cutlass", "framework"), ("cusparselt", "framework")]:
+        e = estimate_step(
+            layer,
+            "srste",
+            "2:4",
+            "a100",
+            batch,
+            "fp16",
+            options=options,
+            library=library,
+            level=level,  # type: ignore[arg-type]
+        )
+        assert e.level == level and e.library == (library or "cusparselt")
+
+        call = {"dtype": "fp16", "library": library, "level": level}
+
+        def g(m: int, n: int, k: int, sparse: str | None = None, **kw: object) -> float:
+            return gemm_time("a100", m, n, k, sparse=sparse, **call, **kw).time_s  # noqa: B023
+
+        expected = {
+            "forward": g(out, rows, inp, "2:4", b_elements=inp * rows),
+            "input_grad": g(inp, rows, out, c_elements=inp * rows),
+            "weight_grad": g(out, inp, rows, b_elements=inp * rows),
+        }
+        assert e.per_gemm_s == pytest.approx(expected, rel=1e-12), (library, level)
+        assert e.dense_per_gemm_s["forward"] == pytest.approx(
+            g(out, rows, inp, b_elements=inp * rows), rel=1e-12
+        )
+    with pytest.raises(ValueError, match="library='cublas'"):
+        estimate_step(layer, "srste", "2:4", "a100", 4, "fp16", library="cublas")
+    with pytest.raises(ValueError, match="level='host'"):
+        estimate_step(layer, "srste", "2:4", "a100", 4, "fp16", level="host")  # type: ignore[arg-type]
+
+
+def test_estimate_cli_prints_the_interval_and_the_verdict(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["estimate", "--model", "llama-mlp", "--method", "transposable", "--gpu", "a100"]
+    argv += ["--batch", "4", "--dtype", "fp16"]
+    assert main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["verdict"] in ("faster", "slower", "no gain")
+    assert data["time_reduction_low"] <= data["time_reduction"] <= data["time_reduction_high"]
+    assert data["library"] == "cusparselt" and data["level"] == "kernel"
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"verdict: step time {data['verdict']}" in out
+    assert f"{data['interval_coverage']:.0%} interval" in out
+    assert all(f"interval: {basis}" in out for basis in data["interval_basis"].split(" | "))
+    assert main([*argv, "--json", "--library", "cutlass", "--level", "framework"]) == 0
+    other = json.loads(capsys.readouterr().out)
+    assert other["library"] == "cutlass" and other["level"] == "framework"
+    direct = estimate_step(
+        "llama-mlp",
+        "transposable",
+        "2:4",
+        "a100",
+        4,
+        "fp16",
+        library="cutlass",
+        level="framework",
+    )
+    assert other["step_s"] == direct.step_s and other["step_s_high"] == direct.step_s_high
+
+
+def test_estimate_cli_says_extrapolated(capsys: pytest.CaptureFixture[str]) -> None:
+    _, unmeasured = _measured_and_extrapolated_gpus()
+    if unmeasured is None:
+        pytest.skip("every GPU of the database has a corpus row")
+    argv = ["estimate", "--model", "bert-base", "--gpu", unmeasured, "--batch", "8"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("verdict:"))
+    assert "extrapolated" in line
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["extrapolated"] is True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import itertools
 import json
 import math
@@ -21,6 +22,10 @@ from nmsim.report.build import ReportSettings, build_report, default_checkpoint_
 from nmsim.report.methods import COST_MODELS, GEMMS, MASK_METHODS, mask_digest
 from nmsim.report.zoo import ZOO, synthetic_weight
 from tests.report_schema import SCHEMA, validate
+
+# Loaded before the fakes below replace nmsim.perf.hardware (it imports GPU from there): the
+# report reads the interval table's coverage and the verdict rule from it.
+importlib.import_module("nmsim.perf.intervals")
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,10 +103,38 @@ def fake_gemm_densities(phase, pattern, accounting):
     return _Densities(values)
 
 
+#: The GPU the fake interval table has measurements of; every other GPU is extrapolated.
+FAKE_MEASURED_GPU = "a100-sxm4-80gb"
+
+
+def fake_seconds(m, n, k, sparse):
+    return 1e-6 + 2.0 * m * n * k / (1e15 if sparse is None else 1.6e15)
+
+
+def fake_interval(speedup):
+    """The fake model's 80% interval: the speedup times [0.9, 1.1]."""
+    return speedup * 0.9, speedup * 1.1
+
+
 def fake_gemm_time(gpu, m, n, k, *, dtype, sparse=None, incompatible="error"):
-    flops = 2.0 * m * n * k
-    seconds = 1e-6 + flops / (1e15 if sparse is None else 1.6e15)
-    return types.SimpleNamespace(time_s=seconds, notes=(f"fake {sparse}",) if sparse else ())
+    seconds = fake_seconds(m, n, k, sparse)
+    if sparse is None:
+        return types.SimpleNamespace(time_s=seconds, notes=(), speedup=None)
+    dense = fake_seconds(m, n, k, None)
+    speedup = dense / seconds
+    low, high = fake_interval(speedup)
+    verdict = "faster" if low > 1 else "slower" if high < 1 else "no gain"
+    return types.SimpleNamespace(
+        time_s=seconds,
+        notes=(f"fake {sparse}",),
+        dense_time_s=dense,
+        speedup=speedup,
+        speedup_low=low,
+        speedup_high=high,
+        verdict=verdict,
+        interval_basis=f"fake interval on {gpu}",
+        extrapolated=gpu != FAKE_MEASURED_GPU,
+    )
 
 
 def fake_get_gpu(name):
@@ -715,3 +748,199 @@ def test_json_validates_against_the_schema(default_report, tmp_path):
         "unexpected key 'unexpected'",
     ):
         assert any(fragment in problem for problem in problems), (fragment, problems)
+
+
+# ----------------------------------------------------------------------------
+# Inference (forward GEMM) speedup with its prediction interval and verdict
+# ----------------------------------------------------------------------------
+
+
+def _check_block(block: dict) -> None:
+    from nmsim.perf.intervals import verdict
+
+    assert block["low"] <= block["speedup"] <= block["high"]
+    assert block["verdict"] == verdict(block["low"], block["high"])
+    if block["verdict"] == "faster":
+        assert block["low"] > 1
+    elif block["verdict"] == "slower":
+        assert block["high"] < 1
+    else:
+        assert block["low"] <= 1 <= block["high"]
+
+
+def test_forward_speedup_is_the_gemm_models_interval_and_totals_sum_the_ends(fake_providers):
+    tokens = 512
+    report = build_report(None, ReportSettings(methods=("1d",), batch_tokens=tokens))
+    assert_valid(report)
+    dense_sum = sparse_sum = fast_sum = slow_sum = 0.0
+    for entry in report["tensors"]:
+        if entry["status"] != "ok":
+            continue
+        out, k_in = entry["shape"]
+        block = entry["time"]["forward_speedup"]
+        dense = fake_seconds(out, tokens, k_in, None)
+        sparse = fake_seconds(out, tokens, k_in, "2:4")
+        low, high = fake_interval(dense / sparse)
+        assert block == {
+            "speedup": dense / sparse,
+            "low": low,
+            "high": high,
+            "verdict": "faster" if low > 1 else "slower" if high < 1 else "no gain",
+            "extrapolated": True,  # h100-sxm is not the fake table's measured GPU
+            "basis": "fake interval on h100-sxm",
+            "coverage": block["coverage"],
+            "dense_s": dense,
+            "sparse_s": sparse,
+        }
+        _check_block(block)
+        assert entry["time"]["dense"]["forward"] == dense
+        assert entry["time"]["methods"]["1d"]["forward"] == sparse
+        dense_sum += dense
+        sparse_sum += sparse
+        fast_sum += dense / high  # the sparse time's lower end
+        slow_sum += dense / low
+    total = report["totals"]["time"]["forward_speedup"]
+    _check_block(total)
+    assert total["tensors"] == 3
+    assert total["dense_s"] == pytest.approx(dense_sum, rel=1e-15)
+    assert total["speedup"] == pytest.approx(dense_sum / sparse_sum, rel=1e-15)
+    assert total["low"] == pytest.approx(dense_sum / slow_sum, rel=1e-15)
+    assert total["high"] == pytest.approx(dense_sum / fast_sum, rel=1e-15)
+    assert total["extrapolated"] is True and total["basis"] == "fake interval on h100-sxm"
+
+
+def test_one_layer_totals_follow_the_sum_of_ends_rule_written_out(tmp_path):
+    """One 2:4-sparse layer and one the pattern cannot group, with the installed model."""
+    if COST_MODELS["time"].unavailable():
+        pytest.skip("needs the time model")
+    from nmsim.perf.gemm import gemm_time
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "two.npz"
+    # "odd" reduces over 30 inputs, not a multiple of 4: its forward GEMM runs dense.
+    np.savez(
+        path,
+        w=rng.standard_normal((256, 512)).astype(np.float32),
+        odd=rng.standard_normal((64, 30)).astype(np.float32),
+    )
+    tokens = 1024
+    report = build_report(str(path), ReportSettings(methods=("1d",), batch_tokens=tokens))
+    assert_valid(report)
+    entries = {e["name"]: e for e in report["tensors"]}
+    assert entries["odd"]["time"]["forward_speedup"] is None
+    sparse = gemm_time("h100-sxm", 256, tokens, 512, dtype="bf16", sparse="2:4")
+    block = entries["w"]["time"]["forward_speedup"]
+    assert block["speedup"] == sparse.speedup
+    assert (block["low"], block["high"]) == (sparse.speedup_low, sparse.speedup_high)
+    assert block["verdict"] == sparse.verdict and block["basis"] == sparse.interval_basis
+    assert block["extrapolated"] is sparse.extrapolated
+    _check_block(block)
+    odd_dense = gemm_time("h100-sxm", 64, tokens, 30, dtype="bf16").time_s
+    dense = sparse.dense_time_s + odd_dense
+    low = dense / (sparse.dense_time_s / sparse.speedup_low + odd_dense)
+    high = dense / (sparse.dense_time_s / sparse.speedup_high + odd_dense)
+    total = report["totals"]["time"]["forward_speedup"]
+    assert total["speedup"] == pytest.approx(dense / (sparse.time_s + odd_dense), rel=1e-12)
+    assert total["low"] == pytest.approx(low, rel=1e-12)
+    assert total["high"] == pytest.approx(high, rel=1e-12)
+    assert total["tensors"] == 1
+    _check_block(total)
+
+
+def test_a_pattern_the_hardware_runs_dense_has_no_forward_speedup():
+    if COST_MODELS["time"].unavailable():
+        pytest.skip("needs the time model")
+    report = build_report(None, ReportSettings(methods=("1d",), pattern="4:8"))
+    assert_valid(report)
+    assert all(
+        e["time"]["forward_speedup"] is None for e in report["tensors"] if e["status"] == "ok"
+    )
+    assert report["totals"]["time"]["forward_speedup"] is None
+
+
+def test_the_schema_checks_the_forward_speedup(fake_providers):
+    report = build_report(None, ReportSettings(methods=("1d",)))
+    assert_valid(report)
+    fc1 = next(i for i, e in enumerate(report["tensors"]) if e["name"] == "fc1.weight")
+
+    def damaged(change) -> list[str]:
+        copy = json.loads(json.dumps(report))
+        change(copy)
+        return validate(copy, SCHEMA)
+
+    tensor_time = f"$.tensors[{fc1}].time: matches none of anyOf"
+    for change in (
+        lambda r: r["tensors"][fc1]["time"]["forward_speedup"].update(verdict="maybe"),
+        lambda r: r["tensors"][fc1]["time"]["forward_speedup"].update(low=-1.0),
+        lambda r: r["tensors"][fc1]["time"]["forward_speedup"].update(extrapolated="yes"),
+        lambda r: r["tensors"][fc1]["time"].pop("forward_speedup"),
+    ):
+        assert damaged(change) == [tensor_time]
+    for change in (
+        lambda r: r["totals"]["time"]["forward_speedup"].pop("low"),
+        lambda r: r["totals"]["time"].pop("forward_speedup"),
+        lambda r: r["totals"]["time"]["forward_speedup"].update(tensors=0),
+    ):
+        assert damaged(change) == ["$.totals.time: matches none of anyOf"]
+
+
+def _table(report: dict) -> str:
+    import io
+
+    from rich.console import Console
+
+    from nmsim.cli.report import render_table
+
+    buffer = io.StringIO()
+    render_table(report, Console(file=buffer, width=400))
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(("gpu", "extrapolated"), [("h100-sxm", True), (FAKE_MEASURED_GPU, False)])
+def test_table_shows_the_forward_interval_verdict_and_extrapolation(
+    fake_providers, gpu, extrapolated
+):
+    from nmsim.cli.report import interval_cell
+
+    report = build_report(None, ReportSettings(methods=("1d",), gpu=gpu))
+    text = _table(report)
+    header = next(line for line in text.splitlines() if "fwd 2:4 [" in line)
+    assert ("extrapolated" in header) is extrapolated
+    for entry in report["tensors"]:
+        if entry["status"] == "ok":
+            block = entry["time"]["forward_speedup"]
+            cell = interval_cell(block)
+            assert cell.endswith(block["verdict"]) and cell in text
+    total = report["totals"]["time"]["forward_speedup"]
+    footer = next(line for line in text.splitlines() if "model total" in line)
+    assert interval_cell(total) in footer
+    assert f"inference forward GEMMs at 2:4: {interval_cell(total)}" in text
+    assert ("the corpus holds no measurement of" in text) is extrapolated
+
+
+def test_interval_cell_format():
+    from nmsim.cli.report import interval_cell
+
+    block = {"speedup": 1.42, "low": 1.21, "high": 1.6, "verdict": "faster"}
+    assert interval_cell(block) == "1.42x [1.21, 1.60] faster"
+    # An end next to 1 is never rounded onto it.
+    block = {"speedup": 1.1, "low": 0.9999, "high": 1.3, "verdict": "no gain"}
+    assert interval_cell(block) == "1.10x [0.9999, 1.30] no gain"
+    assert interval_cell(None) == "-"
+
+
+def test_csv_rows_carry_the_forward_interval(fake_providers):
+    from nmsim.report.files import csv_rows
+
+    report = build_report(None, ReportSettings(methods=("1d",)))
+    rows = {row["name"]: row for row in csv_rows(report)}
+    for entry in report["tensors"]:
+        row = rows[entry["name"]]
+        if entry["status"] != "ok":
+            assert row["fwd_speedup"] == "" and row["fwd_verdict"] == ""
+            continue
+        block = entry["time"]["forward_speedup"]
+        assert row["fwd_speedup"] == block["speedup"]
+        assert (row["fwd_speedup_low"], row["fwd_speedup_high"]) == (block["low"], block["high"])
+        assert row["fwd_verdict"] == block["verdict"]
+        assert row["fwd_extrapolated"] is True

@@ -95,10 +95,23 @@ def _run_gpus(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- gemm
+def _interval_text(e: Any) -> str:
+    return (
+        f"{format_ratio(e.speedup, digits=3)} "
+        f"[{format_ratio(e.speedup_low, digits=2)}, {format_ratio(e.speedup_high, digits=2)}]"
+    )
+
+
 def _run_gemm(args: argparse.Namespace) -> int:
     from nmsim.perf.gemm import gemm_time
 
-    common = dict(dtype=args.dtype, accumulate=args.accumulate, output_dtype=args.output_dtype)
+    common = dict(
+        dtype=args.dtype,
+        accumulate=args.accumulate,
+        output_dtype=args.output_dtype,
+        library=args.library,
+        level=args.level,
+    )
     dense = gemm_time(args.gpu, args.m, args.n, args.k, **common)
     sparse = None
     if args.sparse is not None:
@@ -111,11 +124,16 @@ def _run_gemm(args: argparse.Namespace) -> int:
             incompatible=args.incompatible,
             **common,
         )
+    has_speedup = sparse is not None and sparse.speedup is not None
     if args.json:
         out: dict[str, Any] = {"dense": dense.as_dict()}
         if sparse is not None:
             out["sparse"] = sparse.as_dict()
             out["speedup"] = dense.time_s / sparse.time_s
+            if has_speedup:
+                out["speedup_interval"] = [sparse.speedup_low, sparse.speedup_high]
+                out["verdict"] = sparse.verdict
+                out["extrapolated"] = sparse.extrapolated
         print_json(out)
         return 0
     estimates = [("dense", dense)] + ([("sparse " + str(args.sparse), sparse)] if sparse else [])
@@ -127,6 +145,7 @@ def _run_gemm(args: argparse.Namespace) -> int:
         ("executed pattern", lambda e: e.executed_pattern or "dense"),
         ("compute term (us)", lambda e: e.compute_time_s * 1e6),
         ("memory term (us)", lambda e: e.memory_time_s * 1e6),
+        ("k-step latency term (us)", lambda e: e.latency_time_s * 1e6),
         ("overhead (us)", lambda e: e.overhead_s * 1e6),
         ("bytes A values", lambda e: e.bytes_a_values),
         ("bytes A metadata", lambda e: e.bytes_a_metadata),
@@ -141,14 +160,20 @@ def _run_gemm(args: argparse.Namespace) -> int:
     rows = [[name, *(get(e) for _, e in estimates)] for name, get in fields]
     title = (
         f"GEMM C[{args.m},{args.n}] = A[{args.m},{args.k}] B[{args.k},{args.n}] on "
-        f"{dense.gpu}, {dense.dtype} (acc {dense.accumulate})"
+        f"{dense.gpu}, {dense.dtype} (acc {dense.accumulate}), {dense.level} level"
+        + (f", sparse library {sparse.library}" if sparse is not None else "")
     )
     print_table(title, ["", *(label for label, _ in estimates)], rows)
     if sparse is not None:
-        # Never "1.000x" for a ratio that is not 1 (see format_ratio).
-        print(f"speedup dense/sparse: {format_ratio(dense.time_s / sparse.time_s, digits=3)}")
+        if has_speedup:
+            print(f"speedup dense/sparse: {_interval_text(sparse)} -> {sparse.verdict}")
+            print(f"interval: {sparse.interval_basis}")
+        else:
+            # Never "1.000x" for a ratio that is not 1 (see format_ratio).
+            print(f"speedup dense/sparse: {format_ratio(dense.time_s / sparse.time_s, digits=3)}")
         for note in sparse.notes:
             print(f"note: {note}")
+    print("model estimate, not a measurement (specs/gemm_model.md)")
     return 0
 
 
@@ -300,126 +325,216 @@ def _run_estimate(args: argparse.Namespace) -> int:
         mode=args.mode,
         options=_options(args),
         non_gemm_fraction=fraction,
+        library=args.library,
+        level=args.level,
     )
     if args.json:
         print_json(est.as_dict())
         return 0
-    rows = [[g, est.dense_per_gemm_s[g] * 1e3, est.per_gemm_s[g] * 1e3] for g in est.per_gemm_s]
+    coverage = f"{est.interval_coverage:.0%} " if est.interval_coverage is not None else ""
+
+    def ms_range(low: float, high: float) -> str:
+        return f"[{format_value(low * 1e3)}, {format_value(high * 1e3)}]"
+
+    rows = [
+        [
+            g,
+            est.dense_per_gemm_s[g] * 1e3,
+            est.per_gemm_s[g] * 1e3,
+            ms_range(est.per_gemm_s_low[g], est.per_gemm_s_high[g]),
+        ]
+        for g in est.per_gemm_s
+    ]
     rows += [
-        ["GEMMs", est.dense_gemm_s * 1e3, est.gemm_s * 1e3],
-        ["non-GEMM (Amdahl)", est.non_gemm_s * 1e3, est.non_gemm_s * 1e3],
-        ["runtime compress", 0.0, est.compress_s * 1e3],
-        ["step", est.dense_step_s * 1e3, est.step_s * 1e3],
+        [
+            "GEMMs",
+            est.dense_gemm_s * 1e3,
+            est.gemm_s * 1e3,
+            ms_range(est.gemm_s_low, est.gemm_s_high),
+        ],
+        ["non-GEMM (Amdahl)", est.non_gemm_s * 1e3, est.non_gemm_s * 1e3, "point"],
+        ["runtime compress", 0.0, est.compress_s * 1e3, "point"],
+        [
+            "step",
+            est.dense_step_s * 1e3,
+            est.step_s * 1e3,
+            ms_range(est.step_s_low, est.step_s_high),
+        ],
     ]
     print_table(
-        f"{est.mode} step of {est.model}, batch {est.batch}, {est.gpu} {est.dtype}: "
-        f"dense vs {est.method} {est.pattern} (ms)",
-        ["", "dense", est.method],
+        f"{est.mode} step of {est.model}, batch {est.batch}, {est.gpu} {est.dtype}, "
+        f"{est.level} level, sparse library {est.library}: dense vs {est.method} "
+        f"{est.pattern} (ms)",
+        ["", "dense", est.method, f"{est.method} {coverage}interval"],
         rows,
     )
+
+    def ratio_range(low: float, high: float) -> str:
+        return f"[{format_ratio(low)}, {format_ratio(high)}]"
+
+    marker = " (extrapolated)" if est.extrapolated else ""
     print_table(
         "reduction (dense / method)",
-        ["quantity", "value"],
+        ["quantity", "value", f"{coverage}interval", "verdict"],
         [
-            ["FLOPs, ideal accounting", est.flop_reduction_ideal],
-            ["FLOPs, 2:4 hardware accounting", est.flop_reduction_hardware],
-            ["GEMM time (model)", est.gemm_time_reduction],
-            ["step time (model)", est.time_reduction],
+            ["FLOPs, ideal accounting", est.flop_reduction_ideal, "-", "-"],
+            ["FLOPs, 2:4 hardware accounting", est.flop_reduction_hardware, "-", "-"],
+            [
+                "GEMM time (model)",
+                est.gemm_time_reduction,
+                ratio_range(est.gemm_time_reduction_low, est.gemm_time_reduction_high),
+                est.gemm_verdict + marker,
+            ],
+            [
+                "step time (model)",
+                est.time_reduction,
+                ratio_range(est.time_reduction_low, est.time_reduction_high),
+                est.verdict + marker,
+            ],
         ],
     )
+    print(
+        f"verdict: step time {est.verdict}{', extrapolated' if est.extrapolated else ''} "
+        f"({format_ratio(est.time_reduction, digits=3)}, {coverage}interval "
+        f"{ratio_range(est.time_reduction_low, est.time_reduction_high)})"
+    )
+    if est.interval_basis is not None:
+        for basis in est.interval_basis.split(" | "):
+            print(f"interval: {basis}")
+    else:
+        print("interval: no GEMM runs sparse, so the times are point values")
     for note in est.notes:
         print(f"note: {note}")
+    print("model estimate, not a measurement (specs/gemm_model.md)")
     return 0
 
 
 # --------------------------------------------------------------------------- calibrate
-def _run_calibrate(args: argparse.Namespace) -> int:
-    from nmsim.perf.calibration import FITTED, calibrate, parameters_toml
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
 
-    report = calibrate(leave_one_out=not args.no_loo)
+
+def _run_calibrate(args: argparse.Namespace) -> int:
+    from nmsim.perf.calibration import calibrate, intervals_toml, parameters_toml
+    from nmsim.perf.corpus import load_corpus
+
+    if args.write and (args.no_cv or args.fold != "source"):
+        raise ValueError(
+            "--write needs the leave-one-source-out cross-validation (drop --no-cv and "
+            "--fold): the prediction intervals come from its residuals"
+        )
+    _, rows = load_corpus(args.corpus)
+    progress = None
+    if not args.json and not args.no_cv:
+
+        def progress(fold: int, folds: int, source: str) -> None:
+            print(f"  CV fold {fold + 1}/{folds}: holding out {source}", flush=True)
+
+    report = calibrate(rows, cross_validation=not args.no_cv, progress=progress, fold=args.fold)
     if args.write:
-        path = Path(__file__).parent / "data" / "gemm_parameters.toml"
-        path.write_text(parameters_toml(report.parameters), encoding="utf-8")
+        data = Path(__file__).resolve().parent.parent / "data"
+        (data / "gemm_parameters.toml").write_text(parameters_toml(report.table), "utf-8")
+        (data / "gemm_intervals.toml").write_text(
+            intervals_toml(report.intervals, report.table.provenance), "utf-8"
+        )
     if args.json:
         print_json(report.as_dict())
         return 0
-    params = report.parameters
+    counts = report.corpus_counts
     print_table(
-        "fitted parameters (train points)",
-        ["parameter", "value"],
-        [[name, getattr(params, name)] for name in FITTED],
+        f"corpus: {counts['rows']} rows ({counts['fitted_rows']} fitted) from "
+        f"{counts['sources']} sources",
+        ["gpu", "rows"],
+        [[gpu, count] for gpu, count in counts["by_gpu"].items()],
     )
-    rows = []
-    for r in report.rows:
-        if r.role in ("train", "test"):
-            rows.append(
+    print_table(
+        "rows by source",
+        ["source", "rows"],
+        [[source, count] for source, count in counts["by_source"].items()],
+    )
+    table = report.table
+    print_table(
+        f"parameters ({table.provenance})",
+        ["parameter", "scope", "value"],
+        [[name, "global", value] for name, value in table.base.items()]
+        + [
+            [name, "/".join(scope), value]
+            for scope, values in table.overrides.items()
+            for name, value in values.items()
+        ],
+    )
+    if report.summary:
+        print_table(
+            f"leave-one-{args.fold}-out CV ({report.folds} folds): |predicted/measured - 1| of "
+            "the speedup, median / p90 in %",
+            ["family", "rows", "sources", "model", "constant", "previous model"],
+            [
+                [
+                    s.group,
+                    s.rows,
+                    s.sources,
+                    f"{_pct(s.model_median)} / {_pct(s.model_p90)}",
+                    f"{_pct(s.constant_median)} / {_pct(s.constant_p90)}",
+                    f"{_pct(s.legacy_median)} / {_pct(s.legacy_p90)}",
+                ]
+                for s in report.summary
+            ],
+        )
+    if args.rows:
+        print_table(
+            "rows: measured vs model speedup (CV = predicted by a fit without the row's source)",
+            ["row", "gpu", "lib", "level", "m x n x k", "measured", "fit", "CV", "tags"],
+            [
                 [
                     r.id,
-                    r.role,
                     r.gpu,
-                    r.measured_speedup,
-                    r.predicted_speedup,
-                    r.speedup_error_pct,
-                    r.loo_error_pct,
-                    _pair(r.measured_dense_us, r.predicted_dense_us),
-                    _pair(r.measured_sparse_us, r.predicted_sparse_us),
+                    r.library,
+                    r.level,
+                    f"{r.m}x{r.n}x{r.k}",
+                    r.measured,
+                    r.predicted,
+                    "-" if r.cv_predicted is None else r.cv_predicted,
+                    ",".join(r.tags) + ("" if r.fitted else " (not fitted)"),
                 ]
-            )
+                for r in report.rows
+            ],
+        )
     print_table(
-        "speedup dense/sparse: measured vs model (errors in %; LOO = refit without the point)",
-        [
-            "point",
-            "role",
-            "gpu",
-            "measured",
-            "model",
-            "err %",
-            "LOO err %",
-            "dense us meas./model",
-            "sparse us meas./model",
-        ],
-        rows,
-    )
-    print_table(
-        "qualitative checks and other points",
-        ["point", "role", "result", "detail"],
+        "qualitative checks",
+        ["check", "result", "published statement"],
         [
             [
-                r.id,
-                r.role,
-                ("pass" if r.passed else "FAIL") + f" (model {r.predicted_speedup:.3f})"
-                if r.passed is not None
-                else (f"published {r.measured_speedup}" if r.measured_speedup is not None else ""),
-                r.detail,
+                c["id"],
+                ("pass" if c["passed"] else "FAIL") + f" (model {c['model']:.3f})",
+                c["check"],
             ]
-            for r in report.rows
-            if r.role not in ("train", "test")
+            for c in report.checks
         ],
     )
-    print(
-        "held-out (test) speedup error: median "
-        f"{format_value(report.held_out_median_error_pct)} %, "
-        f"max {format_value(report.held_out_max_error_pct)} %"
-    )
-    if report.loo_median_error_pct is not None:
-        print(
-            f"leave-one-out speedup error:   median {format_value(report.loo_median_error_pct)} %, "
-            f"max {format_value(report.loo_max_error_pct)} %"
-        )
-    if report.time_median_error_pct is not None:
-        print(
-            f"absolute time error (dense and sparse, published times): median "
-            f"{format_value(report.time_median_error_pct)} %, "
-            f"max {format_value(report.time_max_error_pct)} %"
-        )
     for warning in report.warnings:
         print(f"warning: {warning}")
     if args.write:
-        print("wrote nmsim/data/gemm_parameters.toml")
+        print("wrote nmsim/data/gemm_parameters.toml and nmsim/data/gemm_intervals.toml")
     return 0
 
 
 # --------------------------------------------------------------------------- parsers
+def _add_library_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--library",
+        choices=("cusparselt", "cutlass"),
+        default=None,
+        help="sparse kernel library (default: what torch.sparse uses: cuSPARSELt, CUTLASS "
+        "for tf32)",
+    )
+    parser.add_argument(
+        "--level",
+        choices=("kernel", "framework"),
+        default="kernel",
+        help="kernel time, or a PyTorch call timed from the host (adds dispatch overheads)",
+    )
+
+
 def _add_method_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
@@ -476,6 +591,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--output-dtype", default=None)
     p.add_argument("--sparse", default=None, help="N:M pattern of A along k, e.g. 2:4")
     p.add_argument("--incompatible", choices=("error", "dense"), default="error")
+    _add_library_options(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_run_gemm)
 
@@ -501,14 +617,32 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         help="share of the dense step outside GEMMs (default 0.25, an assumption)",
     )
+    _add_library_options(p)
     p.set_defaults(func=_run_estimate)
 
-    p = subparsers.add_parser("calibrate", help="fit and validate the GEMM model")
-    p.add_argument("--no-loo", action="store_true", help="skip leave-one-out refits")
+    p = subparsers.add_parser(
+        "calibrate", help="fit the GEMM model on the measured corpus and cross-validate it"
+    )
+    p.add_argument("--no-cv", action="store_true", help="skip the leave-one-source-out refits")
+    p.add_argument(
+        "--corpus",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="an extra corpus file (e.g. a GPU sweep's output); repeatable",
+    )
+    p.add_argument("--rows", action="store_true", help="print every corpus row")
+    p.add_argument(
+        "--fold",
+        choices=("source", "document"),
+        default="source",
+        help="what a CV fold holds out: one source (default) or every source of one document",
+    )
     p.add_argument(
         "--write",
         action="store_true",
-        help="store the fitted parameters in nmsim/data/gemm_parameters.toml",
+        help="store the fit in nmsim/data/gemm_parameters.toml and the CV intervals in "
+        "nmsim/data/gemm_intervals.toml",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_run_calibrate)

@@ -16,7 +16,7 @@ from typing import Any
 
 from nmsim.cli.tables import format_ratio
 
-__all__ = ["add_parser", "format_ratio", "render_table", "run"]
+__all__ = ["add_parser", "format_ratio", "interval_cell", "render_table", "run"]
 
 
 def add_parser(subparsers: Any) -> None:
@@ -116,6 +116,30 @@ def _speedup(block: dict[str, Any], key: str) -> str:
     return format_ratio(block["dense"]["total"] / method["total"])
 
 
+def interval_cell(block: dict[str, Any] | None) -> str:
+    """A speedup block as ``"1.42x [1.21, 1.60] faster"`` (``"-"`` when it runs dense).
+
+    The ends use :func:`format_ratio`'s digits (never rounded onto 1), without the ``x``.
+    """
+    if block is None:
+        return "-"
+    low = format_ratio(block["low"])[:-1]
+    high = format_ratio(block["high"])[:-1]
+    return f"{format_ratio(block['speedup'])} [{low}, {high}] {block['verdict']}"
+
+
+def _interval_label(pattern: str, blocks: list[dict[str, Any]]) -> str:
+    coverage = next((b["coverage"] for b in blocks if b.get("coverage") is not None), None)
+    if coverage is None and not blocks:
+        from nmsim.report.methods import interval_coverage
+
+        coverage = interval_coverage()
+    label = f"fwd {pattern} [{coverage:.0%} PI]" if coverage is not None else f"fwd {pattern} [PI]"
+    if any(b["extrapolated"] for b in blocks):
+        label += " extrapolated"
+    return label
+
+
 GEMM_SHORT = {"forward": "fwd", "input_grad": "dX", "weight_grad": "dW"}
 
 
@@ -190,6 +214,15 @@ def render_table(report: dict[str, Any], console: Any) -> None:
             justify="right",
             footer=format_ratio(block and block["speedup"]),
         )
+    forward_blocks = [
+        entry["time"]["forward_speedup"]
+        for entry in report["tensors"]
+        if entry["status"] == "ok" and entry["time"] and entry["time"].get("forward_speedup")
+    ]
+    forward_total = totals["time"].get("forward_speedup") if totals["time"] else None
+    forward_label = _interval_label(settings["pattern"], forward_blocks)
+    if time_on:
+        table.add_column(forward_label, justify="right", footer=interval_cell(forward_total))
     failed = any(entry["status"] == "error" for entry in report["tensors"])
     if failed:
         table.add_column("note")
@@ -200,7 +233,7 @@ def render_table(report: dict[str, Any], console: Any) -> None:
             skipped.setdefault(entry["reason"], []).append(entry["name"])
             continue
         if entry["status"] == "error":
-            blanks = [""] * (len(methods) + len(speedup_groups) + 3)
+            blanks = [""] * (len(methods) + len(speedup_groups) + 3 + int(time_on))
             table.add_row(entry["name"], shape, *blanks, entry["reason"], style="red")
             continue
         align = entry["alignment"]
@@ -213,6 +246,8 @@ def render_table(report: dict[str, Any], console: Any) -> None:
         for keys in speedup_groups.values():
             applied = [k for k in keys if entry["time"]["methods"].get(k)]
             cells.append(_speedup(entry["time"], applied[0]) if applied else "-")
+        if time_on:
+            cells.append(interval_cell(entry["time"] and entry["time"].get("forward_speedup")))
         table.add_row(entry["name"], shape, entry["layout"], fits, kernel, *cells, *[""] * failed)
     description = checkpoint.get("description", "")
     metadata = checkpoint.get("metadata") or {}
@@ -235,6 +270,13 @@ def render_table(report: dict[str, Any], console: Any) -> None:
             f". speedup X: estimated dense / sparse time of the three training GEMMs "
             f"(fwd, dX, dW) on {settings['gpu']} when X are sparse ({groups}; "
             "footer: model total of the first method listed)"
+        )
+        legend += (
+            f". {forward_label}: estimated inference speedup, dense / {settings['pattern']}-sparse "
+            "time of the layer's forward GEMM, with its prediction interval and a verdict that "
+            "holds across it (faster: the whole interval above 1; slower: below 1; no gain: it "
+            "contains 1); '-': the GEMM runs dense; footer: all forward GEMMs of the model, "
+            "interval ends summed (the model's errors on one GPU are correlated)"
         )
     console.print(legend + ".", markup=False)
     console.print(
@@ -262,6 +304,22 @@ def render_table(report: dict[str, Any], console: Any) -> None:
                 f"per step on {settings['gpu']}, {settings['dtype']}, "
                 f"{settings['batch_tokens']} tokens)",
                 markup=False,
+            )
+    if forward_total is not None:
+        console.print(
+            f"inference forward GEMMs at {settings['pattern']}: {interval_cell(forward_total)} "
+            f"(estimated on {settings['gpu']}, {settings['dtype']}, "
+            f"{settings['batch_tokens']} tokens; {forward_total['tensors']} sparse tensor(s))",
+            markup=False,
+        )
+        for basis in forward_total["basis"].split(" | "):
+            console.print(f"interval: {basis}", markup=False, style="dim")
+        if forward_total["extrapolated"]:
+            console.print(
+                f"extrapolated: the corpus holds no measurement of {settings['gpu']}; its "
+                "speedups are extrapolated and their intervals widened",
+                markup=False,
+                style="yellow",
             )
     notes = sorted({note for e in report["tensors"] if e["time"] for note in e["time"]["notes"]})
     for note in notes:

@@ -1,14 +1,19 @@
-"""Calibration of the GEMM time model against published dense vs 2:4 measurements.
+"""Calibration of the GEMM time model on the measured corpus, with honest validation.
 
-The points live in ``nmsim/data/calibration.toml`` with a source each. Points
-with ``role = "train"`` fit the free efficiencies of :class:`~nmsim.perf.gemm.GemmParameters`
-(``FITTED``); ``role = "test"`` points are held out and reported; ``check``
-points are qualitative published statements reported as pass/fail; a leave-one-
-out pass refits once per quantitative point. See ``specs/gemm_model.md``.
+``nmsim calibrate`` fits the scoped parameters of
+:class:`~nmsim.perf.gemm_parameters.ParameterTable` on every fitted row of the
+corpus (``nmsim/data/gemm_corpus/``) and validates the model by
+**leave-one-source-out** cross-validation: each source's rows are predicted by
+a fit that saw none of them, so a paper or a benchmark cannot vouch for
+itself. The errors are reported per GPU family and overall beside two
+baselines computed on the same rows: a constant speedup (the median of the
+training rows of each fold) and the previous model (four published points,
+one global parameter set). The CV residuals become the prediction intervals of
+:mod:`nmsim.perf.intervals`. ``specs/gemm_model.md`` sections 6-8.
 
-The fit minimises the sum of squared log errors (dense and sparse times where
-both are published, otherwise the speedup) by bounded coordinate descent with
-golden-section line searches: deterministic, no SciPy needed.
+The fit minimises a weighted sum of squared log errors by bounded coordinate
+descent with golden-section line searches from a fixed start: deterministic,
+no SciPy needed, a few seconds per fit.
 """
 
 from __future__ import annotations
@@ -17,246 +22,439 @@ import math
 import statistics
 import tomllib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any
 
-from nmsim.perf.gemm import GemmParameters, default_parameters, gemm_time
-from nmsim.perf.hardware import get_gpu
+import numpy as np
+
+from nmsim.perf.corpus import Measurement, load_corpus
+from nmsim.perf.gemm import (
+    DEFAULT_OUTPUT,
+    OUTPUT_BYTES,
+    configuration_grid,
+    default_library,
+    gemm_time,
+    metadata_bits_per_kept,
+    rate_fraction,
+    roofline,
+)
+from nmsim.perf.gemm_parameters import (
+    SCOPED_FIELDS,
+    GemmParameters,
+    ParameterTable,
+    architecture_key,
+    default_parameter_table,
+    dtype_class,
+    scope_pattern,
+    scopes_of,
+)
+from nmsim.perf.hardware import DTYPE_BYTES, get_gpu
+from nmsim.perf.intervals import SMALL_N, regime
 
 __all__ = [
-    "ASSUMED",
+    "EXCLUDED_TAGS",
     "FITTED",
-    "CalibrationPoint",
+    "LEGACY_PARAMETERS",
     "CalibrationReport",
-    "PointResult",
+    "CrossValidation",
+    "RowResult",
     "calibrate",
     "compress_time_s",
-    "fit_parameters",
+    "cross_validate",
+    "exclusion_reason",
+    "family",
+    "fit_table",
+    "fitted_rows",
+    "intervals_toml",
     "load_points",
-    "predict_point",
+    "parameters_toml",
+    "predict_rows",
 ]
 
-#: Parameters the fit moves (the published points identify them).
-FITTED: tuple[str, ...] = (
-    "dense_compute_efficiency",
-    "sparse_compute_efficiency",
-    "sparse_memory_efficiency",
+#: Rows with these tags stay in the corpus and in the report, but are not fitted:
+#: an older library release known slower than today's, a reported slowdown bug, a whole
+#: layer whose time includes non-GEMM work, or numbers the source itself makes doubtful.
+EXCLUDED_TAGS: frozenset[str] = frozenset({"historic", "regression", "e2e-layer", "suspect"})
+
+#: The previous model (fitted on four published points, one global parameter set),
+#: kept as a baseline: the new structure with every new term switched off.
+LEGACY_PARAMETERS = GemmParameters(
+    dense_compute_efficiency=0.6639,
+    sparse_compute_efficiency=0.5213,
+    dense_memory_efficiency=0.8,
+    sparse_memory_efficiency=0.3926,
+    launch_overhead_us=4.0,
+    compress_bandwidth_fraction=0.11428,
+    feed_follows_issue_rate=False,
+    provenance="the model before the corpus: fitted on a100-cutlass-linear, "
+    "a100-mlp-train-weight24, rtx4090-llama2-7b-decode",
 )
 
-#: Parameters held at a stated assumption because no published point identifies them.
-ASSUMED: dict[str, tuple[float, str]] = {
-    "dense_memory_efficiency": (
-        0.8,
-        "no dense memory-bound time is published; 80 % of DRAM peak is a typical GEMV figure [M]",
-    ),
-    "launch_overhead_us": (
-        4.0,
-        "a typical CUDA kernel launch and prologue of ~3-5 us; no published point isolates it [M]",
-    ),
-    "sparse_extra_overhead_us": (0.0, "no published point isolates it"),
-}
-
-_BOUNDS = {
-    "dense_compute_efficiency": (0.3, 1.0),
-    "sparse_ratio": (0.2, 1.0),  # sparse_compute_efficiency / dense_compute_efficiency
-    "sparse_memory_ratio": (0.1, 1.0),  # sparse_memory_efficiency / dense_memory_efficiency
-}
-
 
 @dataclass(frozen=True)
-class Gemm:
-    """One GEMM of a calibration workload (A = ``m x k`` weight, sparse when ``sparse``)."""
+class Fitted:
+    """One fitted parameter: its name, its finest scope, bounds and starting value."""
 
-    m: int
-    n: int
-    k: int
+    name: str
+    low: float
+    high: float
+    start: float
+    meaning: str
+
+
+#: The fitted parameters (their scopes are :data:`SCOPED_FIELDS`; others are global).
+FITTED: tuple[Fitted, ...] = (
+    Fitted("dense_compute_efficiency", 0.3, 1.0, 0.75, "dense main-loop share of peak"),
+    Fitted("dense_memory_efficiency", 0.3, 1.0, 0.8, "dense DRAM bandwidth share"),
+    Fitted("sparse_compute_ratio", 0.3, 1.0, 0.8, "sparse / dense main-loop efficiency"),
+    Fitted("sparse_memory_ratio", 0.2, 1.0, 0.8, "compressed-A / dense bandwidth share"),
+    Fitted("tile_fixed_k", 0.0, 2048.0, 128.0, "per-tile fixed cost, in k of dense loop"),
+    Fitted("balanced_tile_intensity", 8.0, 256.0, 64.0, "tile intensity that feeds the cores"),
+    Fitted("dense_k_step_ns", 0.0, 2000.0, 50.0, "shortest dense k-step of a CTA"),
+    Fitted("sparse_k_step_ratio", 1.0, 8.0, 1.5, "sparse / dense shortest k-step (>= 1)"),
+    Fitted("launch_overhead_us", 0.0, 20.0, 4.0, "fixed time of a kernel call"),
+    Fitted("sparse_extra_overhead_us", 0.0, 50.0, 1.0, "extra fixed time of a sparse call"),
+    Fitted("framework_overhead_us", 0.0, 100.0, 10.0, "host time of a framework call"),
+    Fitted("sparse_framework_overhead_us", 0.0, 400.0, 20.0, "extra host time, sparse subclass"),
+)
+_FITTED_BY_NAME = {f.name: f for f in FITTED}
+
+#: Weight of each printed absolute time's squared log error, beside the speedup's (1).
+ABSOLUTE_WEIGHT = 0.05
+
+#: Shrinkage of a scoped value toward its global value (weight on the squared log ratio,
+#: or on the squared difference relative to the parameter's range for offsets).
+SHRINKAGE = 0.5
+
+#: Structure of the calibrated model (not fitted): a sparse call through torch.sparse never
+#: splits k (framework level); a kernel-level benchmark may (cuSPARSELt searches split-K).
+STRUCTURE = GemmParameters(sparse_split_k=None, framework_sparse_split_k=(1,))
+
+#: Weight of a row by its source's trust (a low-trust source counts half).
+TRUST_WEIGHT: dict[str, float] = {"high": 1.0, "medium": 1.0, "low": 0.5}
+
+#: Minimum rows of a scope before it gets its own value.
+MIN_SCOPE_ROWS = 3
+
+
+# --------------------------------------------------------------------------- families
+def family(gpu: str) -> str:
+    """GPU family used in the CV table: by chip generation (compute capability)."""
+    g = get_gpu(gpu)
+    major, _, minor = g.compute_capability.partition(".")
+    if g.compute_capability == "8.0":
+        return "A100/A30 (GA100)"
+    if major == "8" and minor in ("6", "7"):
+        return "Ampere GA10x"
+    if g.compute_capability == "8.9":
+        return "Ada"
+    if major == "9":
+        return "Hopper"
+    return "Blackwell" if major in ("10", "12") else g.architecture
+
+
+#: Measured speedups above this cannot be explained by the sparse tensor cores (2x math,
+#: 0.5625x bytes): the dense baseline ran far below its peak. Such rows are reported, not
+#: fitted, because the model keeps sparse within 2x of the dense compute term by design.
+BEYOND_HARDWARE = 2.0
+
+
+def exclusion_reason(row: Measurement) -> str | None:
+    """Why a corpus row is not fitted (None if it is)."""
+    if row.library == "other":
+        return "library 'other' (not cuSPARSELt or CUTLASS)"
+    tags = sorted(set(row.tags) & EXCLUDED_TAGS)
+    if tags:
+        return "tagged " + ", ".join(tags)
+    if row.speedup > BEYOND_HARDWARE:
+        return (
+            f"speedup {row.speedup:.2f} > {BEYOND_HARDWARE:g}: the dense baseline is far "
+            "below its peak"
+        )
+    return None
+
+
+def fitted_rows(rows: Sequence[Measurement]) -> list[Measurement]:
+    """Rows the fit and the CV use: a modelled library, no excluded tag, at most 2x."""
+    return [r for r in rows if exclusion_reason(r) is None]
+
+
+# --------------------------------------------------------------------------- vectorised rows
+@dataclass
+class _Block:
+    """Static per-row arrays of one path (dense or sparse) of many corpus rows."""
+
+    static: dict[str, np.ndarray]
+    grid: tuple[np.ndarray, np.ndarray, np.ndarray]
     sparse: bool
-    count: int = 1
 
 
-@dataclass(frozen=True)
-class CalibrationPoint:
-    """One published measurement (see ``nmsim/data/calibration.toml`` for the fields)."""
-
-    id: str
-    role: str
-    gpu: str
-    dtype: str
-    source: str
-    workload: str = ""
-    library: str = ""
-    gemms: tuple[Gemm, ...] = ()
-    dense_us: float | None = None
-    sparse_us: float | None = None
-    speedup: float | None = None
-    compress_weight_mib: float = 0.0
-    max_speedup: float | None = None
-    sweep: tuple[int, ...] = ()
-    check: str = ""
-    reason: str = ""
-    note: str = ""
-    weight_mib: float | None = None
-    time_us: float | None = None
-    range_tokens: tuple[int, ...] = ()
-
-    @property
-    def measured_speedup(self) -> float | None:
-        """Dense time / sparse time as published."""
-        if self.speedup is not None:
-            return self.speedup
-        if self.dense_us is not None and self.sparse_us is not None:
-            return self.dense_us / self.sparse_us
-        return None
+def _pattern_density(dtype: str) -> float:
+    return 0.5  # 2:4 and 1:2 both keep half
 
 
-def _point(raw: dict[str, Any]) -> CalibrationPoint:
-    gemms = tuple(
-        Gemm(int(g["m"]), int(g["n"]), int(g["k"]), bool(g["sparse"]), int(g.get("count", 1)))
-        for g in raw.get("gemms", ())
-    )
-    return CalibrationPoint(
-        id=str(raw["id"]),
-        role=str(raw["role"]),
-        gpu=str(raw["gpu"]),
-        dtype=str(raw["dtype"]),
-        source=str(raw["source"]),
-        workload=str(raw.get("workload", "")),
-        library=str(raw.get("library", "")),
-        gemms=gemms,
-        dense_us=raw.get("dense_us"),
-        sparse_us=raw.get("sparse_us"),
-        speedup=raw.get("speedup"),
-        compress_weight_mib=float(raw.get("compress_weight_mib", 0.0)),
-        max_speedup=raw.get("max_speedup"),
-        sweep=tuple(int(s) for s in raw.get("sweep", ())),
-        check=str(raw.get("check", "")),
-        reason=str(raw.get("reason", "")),
-        note=str(raw.get("gpu_note", "")),
-        weight_mib=raw.get("weight_mib"),
-        time_us=raw.get("time_us"),
-        range_tokens=tuple(int(t) for t in raw.get("range_tokens", ())),
+def _block(
+    rows: Sequence[Measurement], sparse: bool, structure: GemmParameters, level: str
+) -> _Block:
+    cols: dict[str, list[float]] = {
+        name: []
+        for name in (
+            "m",
+            "n",
+            "k",
+            "sms",
+            "dense_flops_per_sm",
+            "math_speed",
+            "a_fraction",
+            "a_bytes",
+            "other_bytes",
+            "bandwidth",
+            "k_per_step",
+            "rate_fraction",
+        )
+    }
+    for r in rows:
+        gpu = get_gpu(r.gpu)
+        peak = gpu.peak(r.dtype)
+        element = DTYPE_BYTES[r.dtype]
+        sms = int(gpu.sms.value)
+        if sparse:
+            kept = r.m * r.k * _pattern_density(r.dtype)
+            a_bytes = kept * element + kept * metadata_bits_per_kept(r.dtype) / 8
+            peak_path = min(peak.sparse_tflops, 2.0 * peak.dense_tflops)
+        else:
+            a_bytes = r.m * r.k * element
+            peak_path = peak.dense_tflops
+        other = r.k * r.n * element + r.m * r.n * OUTPUT_BYTES[DEFAULT_OUTPUT[r.dtype]]
+        cols["m"].append(r.m)
+        cols["n"].append(r.n)
+        cols["k"].append(r.k)
+        cols["sms"].append(sms)
+        cols["dense_flops_per_sm"].append(peak.dense_tflops * 1e12 / sms)
+        cols["math_speed"].append(peak_path / peak.dense_tflops)
+        cols["a_fraction"].append(a_bytes / (r.m * r.k * element))
+        cols["a_bytes"].append(a_bytes)
+        cols["other_bytes"].append(other)
+        cols["bandwidth"].append(gpu.memory_bandwidth_gb_s.value * 1e9)
+        cols["k_per_step"].append(structure.k_step_bytes / element * (2.0 if sparse else 1.0))
+        cols["rate_fraction"].append(
+            rate_fraction(gpu, r.dtype, peak.dense_tflops)
+            if structure.feed_follows_issue_rate
+            else 1.0
+        )
+    return _Block(
+        static={name: np.array(values, dtype=np.float64) for name, values in cols.items()},
+        grid=configuration_grid(structure, sparse, level),
+        sparse=sparse,
     )
 
 
-@cache
-def load_points() -> tuple[CalibrationPoint, ...]:
-    """All points of ``nmsim/data/calibration.toml``, in file order."""
-    text = resources.files("nmsim").joinpath("data/calibration.toml").read_text("utf-8")
-    points = tuple(_point(p) for p in tomllib.loads(text)["points"])
-    roles = {"train", "test", "check", "overhead", "excluded"}
-    for point in points:
-        if point.role not in roles:
-            raise ValueError(f"calibration point {point.id!r}: role={point.role!r} not in {roles}")
-    return points
+@dataclass
+class _Design:
+    """Everything a loss evaluation needs: rows, blocks and parameter slots."""
+
+    rows: list[Measurement]
+    dense: _Block
+    sparse: _Block
+    slots: list[tuple[str, tuple[str, str, str]]]  # (name, scope); scope ("*","*","*") = global
+    parent: np.ndarray  # slot index each scoped slot is shrunk toward (itself for globals)
+    sparse_framework: _Block
+    gather: dict[str, np.ndarray]  # name -> slot index per row
+    framework: np.ndarray
+    measured_speedup: np.ndarray
+    measured_dense: np.ndarray  # seconds per GEMM, NaN where not printed
+    measured_sparse: np.ndarray
+    weight: np.ndarray
+    structure: GemmParameters
 
 
-def compress_time_s(
-    gpu: str, weight_bytes: float, parameters: GemmParameters | None = None
-) -> float:
-    """Time of a runtime prune + compress pass over a dense weight of ``weight_bytes``.
-
-    Modelled as a memory-bound pass at ``compress_bandwidth_fraction`` of DRAM
-    bandwidth; that fraction is derived from the measured 36 us for an 8 MiB
-    weight on A100-80GB (calibration point ``a100-compress`` in
-    ``nmsim/data/calibration.toml``, with its source) and transfers to other GPUs by
-    bandwidth only (an assumption).
-    """
-    if not 0 <= weight_bytes < math.inf:  # also rejects NaN
-        raise ValueError(f"weight_bytes={weight_bytes} must be finite and >= 0")
-    params = parameters if parameters is not None else default_parameters()
-    bandwidth = get_gpu(gpu).memory_bandwidth_gb_s.value * 1e9
-    return weight_bytes / (bandwidth * params.compress_bandwidth_fraction)
+_GLOBAL = ("*", "*", "*")
 
 
-def derive_compress_fraction(points: Sequence[CalibrationPoint] | None = None) -> float:
-    """Fraction of DRAM bandwidth implied by the measured compress point."""
-    pts = load_points() if points is None else points
-    (point,) = [p for p in pts if p.role == "overhead"]
-    assert point.weight_mib is not None and point.time_us is not None
-    bandwidth = get_gpu(point.gpu).memory_bandwidth_gb_s.value * 1e9
-    return point.weight_mib * 2**20 / (point.time_us * 1e-6 * bandwidth)
+def _row_scopes(row: Measurement, name: str) -> list[tuple[str, str, str]]:
+    """Scopes of ``name`` that may hold a value for ``row``: global first, then coarse to fine."""
+    library = row.library if row.library != "other" else default_library(row.dtype)
+    allowed = SCOPED_FIELDS.get(name, ())
+    chain = [
+        scope
+        for scope in scopes_of(row.architecture, library, dtype_class(row.dtype))
+        if scope_pattern(scope) in allowed
+    ]
+    chain.sort(key=lambda scope: allowed.index(scope_pattern(scope)))
+    return [_GLOBAL, *chain]
 
 
-@dataclass(frozen=True)
-class Prediction:
-    """Model times of a point's workload (seconds) and their ratio."""
+def _design(rows: Sequence[Measurement], structure: GemmParameters = STRUCTURE) -> _Design:
+    rows = list(rows)
+    slots: list[tuple[str, tuple[str, str, str]]] = []
+    index: dict[tuple[str, tuple[str, str, str]], int] = {}
+    counts: dict[tuple[str, tuple[str, str, str]], int] = {}
+    parents: dict[tuple[str, tuple[str, str, str]], tuple[str, str, str]] = {}
+    for fitted in FITTED:
+        for row in rows:
+            chain = _row_scopes(row, fitted.name)
+            for position, scope in enumerate(chain):
+                counts[(fitted.name, scope)] = counts.get((fitted.name, scope), 0) + 1
+                if position:
+                    parents[(fitted.name, scope)] = chain[position - 1]
+    for fitted in FITTED:
+        key = (fitted.name, _GLOBAL)
+        index[key] = len(slots)
+        slots.append(key)
+        for pattern in SCOPED_FIELDS.get(fitted.name, ()):
+            for (name, scope), count in sorted(counts.items()):
+                if (
+                    name == fitted.name
+                    and scope != _GLOBAL
+                    and scope_pattern(scope) == pattern
+                    and count >= MIN_SCOPE_ROWS
+                ):
+                    index[(name, scope)] = len(slots)
+                    slots.append((name, scope))
+    parent_slot = []
+    for name, scope in slots:
+        parent = parents.get((name, scope))
+        # the nearest coarser scope that has its own value, else the global one
+        while parent is not None and (name, parent) not in index:
+            parent = parents.get((name, parent))
+        parent_slot.append(index[(name, parent if parent is not None else _GLOBAL)])
+    gather = {}
+    for fitted in FITTED:
+        picks = []
+        for row in rows:
+            chosen = index[(fitted.name, _GLOBAL)]
+            for scope in _row_scopes(row, fitted.name):
+                chosen = index.get((fitted.name, scope), chosen)
+            picks.append(chosen)
+        gather[fitted.name] = np.array(picks, dtype=np.int64)
+    per_source: dict[str, int] = {}
+    for row in rows:
+        per_source[row.source] = per_source.get(row.source, 0) + 1
 
-    dense_s: float
-    sparse_s: float
+    def seconds(values: list[float | None]) -> np.ndarray:
+        return np.array([np.nan if v is None else v * 1e-6 for v in values], dtype=np.float64)
 
-    @property
-    def speedup(self) -> float:
-        return self.dense_s / self.sparse_s
+    return _Design(
+        rows=rows,
+        dense=_block(rows, False, structure, "kernel"),
+        sparse=_block(rows, True, structure, "kernel"),
+        sparse_framework=_block(rows, True, structure, "framework"),
+        slots=slots,
+        parent=np.array(parent_slot, dtype=np.int64),
+        gather=gather,
+        framework=np.array([r.level == "framework" for r in rows]),
+        measured_speedup=np.array([r.speedup for r in rows], dtype=np.float64),
+        measured_dense=seconds(
+            [None if r.dense_us is None else r.dense_us / r.count for r in rows]
+        ),
+        measured_sparse=seconds(
+            [None if r.sparse_us is None else r.sparse_us / r.count for r in rows]
+        ),
+        # each source weighs sqrt(its rows): many rows count, one table cannot swamp the rest
+        weight=np.array([TRUST_WEIGHT[r.trust] / math.sqrt(per_source[r.source]) for r in rows]),
+        structure=structure,
+    )
 
 
-def predict_point(point: CalibrationPoint, parameters: GemmParameters | None = None) -> Prediction:
-    """Model dense and sparse time of a point's GEMM list (sparse adds compress passes)."""
-    params = parameters if parameters is not None else default_parameters()
-    dense = sparse = 0.0
-    for g in point.gemms:
-        d = gemm_time(point.gpu, g.m, g.n, g.k, dtype=point.dtype, parameters=params).time_s
-        dense += g.count * d
-        if g.sparse:
-            sparse += (
-                g.count
-                * gemm_time(
-                    point.gpu, g.m, g.n, g.k, dtype=point.dtype, sparse="2:4", parameters=params
-                ).time_s
+def _values(design: _Design, x: np.ndarray) -> dict[str, np.ndarray]:
+    return {name: x[idx] for name, idx in design.gather.items()}
+
+
+def _times(design: _Design, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Modelled dense and sparse seconds of every design row for slot values ``x``."""
+    v = _values(design, x)
+    dense_c = v["dense_compute_efficiency"]
+    dense_m = v["dense_memory_efficiency"]
+    sparse_c = np.minimum(dense_c, dense_c * v["sparse_compute_ratio"])
+    sparse_m = np.minimum(dense_m, dense_m * v["sparse_memory_ratio"])
+    framework = design.framework
+    out = []
+    for block in (design.dense, design.sparse, design.sparse_framework):
+        s = block.sparse
+        overhead = v["launch_overhead_us"] + (v["sparse_extra_overhead_us"] if s else 0.0)
+        overhead = overhead + np.where(
+            framework,
+            v["framework_overhead_us"] + (v["sparse_framework_overhead_us"] if s else 0.0),
+            0.0,
+        )
+        tm, tn, sp = block.grid
+        result = roofline(
+            **block.static,
+            compute_efficiency=sparse_c if s else dense_c,
+            dense_compute_efficiency=dense_c,
+            memory_efficiency=dense_m,
+            a_memory_efficiency=sparse_m if s else dense_m,
+            tile_fixed_k=v["tile_fixed_k"],
+            k_step_s=(
+                v["dense_k_step_ns"] * (np.maximum(1.0, v["sparse_k_step_ratio"]) if s else 1.0)
             )
-        else:
-            sparse += g.count * d
-    if point.compress_weight_mib:
-        sparse += compress_time_s(point.gpu, point.compress_weight_mib * 2**20, params)
-    return Prediction(dense, sparse)
+            * 1e-9,
+            overhead_s=overhead * 1e-6,
+            balanced_tile_intensity=v["balanced_tile_intensity"],
+            tm=tm,
+            tn=tn,
+            split=sp,
+        )
+        out.append(result["time"])
+    # a framework-level sparse call uses the framework's split-K set (torch: k never split)
+    return out[0], np.where(framework, out[2], out[1])
 
 
-def _sweep_max_speedup(point: CalibrationPoint, params: GemmParameters) -> float:
-    best = 0.0
-    for m in point.sweep:
-        for n in point.sweep:
-            for k in point.sweep:
-                d = gemm_time(point.gpu, m, n, k, dtype=point.dtype, parameters=params)
-                s = gemm_time(
-                    point.gpu, m, n, k, dtype=point.dtype, sparse="2:4", parameters=params
-                )
-                best = max(best, d.time_s / s.time_s)
-    return best
+def _row_losses(design: _Design, x: np.ndarray) -> np.ndarray:
+    """Weighted squared log errors per row: the speedup, plus a quarter of each printed time."""
+    dense, sparse = _times(design, x)
+    speed = np.log(dense / sparse / design.measured_speedup) ** 2
+    timed = ~np.isnan(design.measured_dense)
+    absolute = np.zeros_like(speed)
+    absolute[timed] = ABSOLUTE_WEIGHT * (
+        np.log(dense[timed] / design.measured_dense[timed]) ** 2
+        + np.log(sparse[timed] / design.measured_sparse[timed]) ** 2
+    )
+    return design.weight * (speed + absolute)
 
 
-def _token_range(point: CalibrationPoint, params: GemmParameters) -> tuple[float, float]:
-    """Min and max modelled speedup of ``point.gemms`` with ``n`` set to each token count."""
-    speedups = []
-    for tokens in point.range_tokens:
-        scaled = replace(point, gemms=tuple(replace(g, n=tokens) for g in point.gemms))
-        speedups.append(predict_point(scaled, params).speedup)
-    return min(speedups), max(speedups)
-
-
-# --------------------------------------------------------------------------- fitting
-def _loss(points: Sequence[CalibrationPoint], params: GemmParameters) -> float:
+def _penalty(design: _Design, x: np.ndarray) -> float:
+    """Shrinkage of every scoped value toward the value of the scope it refines."""
     total = 0.0
-    for point in points:
-        pred = predict_point(point, params)
-        if point.dense_us is not None and point.sparse_us is not None:
-            total += math.log(pred.dense_s / (point.dense_us * 1e-6)) ** 2
-            total += math.log(pred.sparse_s / (point.sparse_us * 1e-6)) ** 2
+    for i, (name, scope) in enumerate(design.slots):
+        if scope == _GLOBAL:
+            continue
+        g = x[design.parent[i]]
+        f = _FITTED_BY_NAME[name]
+        if f.low > 0:
+            total += SHRINKAGE * math.log(x[i] / g) ** 2
         else:
-            measured = point.measured_speedup
-            assert measured is not None
-            total += math.log(pred.speedup / measured) ** 2
+            total += SHRINKAGE * ((x[i] - g) / (f.high - f.low)) ** 2 * 16.0
     return total
 
 
-def _params_from(x: dict[str, float], base: GemmParameters) -> GemmParameters:
-    dense_c = x["dense_compute_efficiency"]
-    return base.replace(
-        dense_compute_efficiency=dense_c,
-        sparse_compute_efficiency=min(dense_c, dense_c * x["sparse_ratio"]),
-        sparse_memory_efficiency=min(
-            base.dense_memory_efficiency, base.dense_memory_efficiency * x["sparse_memory_ratio"]
-        ),
+def _loss(design: _Design, x: np.ndarray) -> float:
+    """The fit's objective: row losses plus the shrinkage penalty."""
+    return float(np.sum(_row_losses(design, x))) + _penalty(design, x)
+
+
+def _subset(design: _Design, rows: np.ndarray) -> _Design:
+    """The design restricted to some rows (same slots): a coordinate moves only its rows."""
+
+    def block(b: _Block) -> _Block:
+        return _Block({k: v[rows] for k, v in b.static.items()}, b.grid, b.sparse)
+
+    return _Design(
+        rows=[design.rows[i] for i in rows],
+        dense=block(design.dense),
+        sparse=block(design.sparse),
+        sparse_framework=block(design.sparse_framework),
+        slots=design.slots,
+        parent=design.parent,
+        gather={k: v[rows] for k, v in design.gather.items()},
+        framework=design.framework[rows],
+        measured_speedup=design.measured_speedup[rows],
+        measured_dense=design.measured_dense[rows],
+        measured_sparse=design.measured_sparse[rows],
+        weight=design.weight[rows],
+        structure=design.structure,
     )
 
 
@@ -277,268 +475,556 @@ def _golden(f: Callable[[float], float], lo: float, hi: float, iterations: int) 
     return c if fc <= fd else d
 
 
-def fit_parameters(
-    points: Sequence[CalibrationPoint], *, sweeps: int = 4, iterations: int = 30
-) -> GemmParameters:
-    """Fit :data:`FITTED` on ``points`` (the others fixed at :data:`ASSUMED`).
+def _fit_slots(design: _Design, *, sweeps: int, iterations: int) -> np.ndarray:
+    x = np.array([_FITTED_BY_NAME[name].start for name, _ in design.slots], dtype=np.float64)
+    row_loss = _row_losses(design, x)
+    # rows each slot reaches: a line search re-times only those (same arithmetic, so the
+    # result is what evaluating the whole loss would give)
+    reach = [
+        np.flatnonzero(np.any([g == i for g in design.gather.values()], axis=0))
+        for i in range(len(design.slots))
+    ]
+    parts = [_subset(design, rows) for rows in reach]
+    for _ in range(sweeps):
+        for i, (name, _) in enumerate(design.slots):
+            f = _FITTED_BY_NAME[name]
+            rows, part = reach[i], parts[i]
+            others = float(np.sum(row_loss)) - float(np.sum(row_loss[rows]))
+
+            def loss_at(
+                value: float, i: int = i, part: _Design = part, others: float = others
+            ) -> float:
+                trial = x.copy()
+                trial[i] = value
+                return others + float(np.sum(_row_losses(part, trial))) + _penalty(design, trial)
+
+            current = loss_at(x[i])
+            value = _golden(loss_at, f.low, f.high, iterations)
+            # golden section may land on a worse local point; never accept a worse loss
+            if loss_at(value) <= current:
+                x[i] = value
+                row_loss[rows] = _row_losses(part, x)
+    return x
+
+
+def _round(value: float) -> float:
+    return float(f"{value:.4g}")
+
+
+def fit_table(
+    rows: Sequence[Measurement],
+    *,
+    sweeps: int = 4,
+    iterations: int = 24,
+    compress_bandwidth_fraction: float | None = None,
+) -> ParameterTable:
+    """Fit the scoped parameters on corpus rows.
 
     Parameters
     ----------
-    points : sequence of CalibrationPoint
-        Quantitative points (with GEMMs and a measured speedup or times).
+    rows : sequence of Measurement
+        Rows to fit (use :func:`fitted_rows` to drop excluded ones).
     sweeps, iterations : int
         Coordinate-descent sweeps and golden-section steps per coordinate.
+    compress_bandwidth_fraction : float, optional
+        Carried into the table; default derived from the measured compress point.
 
     Returns
     -------
-    GemmParameters
-        With ``provenance`` naming the points used.
+    ParameterTable
+        Values rounded to 4 significant digits, so a refit reproduces the
+        shipped file digit for digit.
 
     Notes
     -----
-    The loss is piecewise smooth (tile choice switches), so golden-section
-    search finds a local optimum; the start (0.7, 0.7, 0.5) is fixed, so the
-    result is deterministic. Cost: ``sweeps * 3 * (iterations + 2)`` loss
-    evaluations.
+    Each parameter gets a global value and, at its finest scope
+    (:data:`~nmsim.perf.gemm_parameters.SCOPED_FIELDS`), one value per scope
+    with at least :data:`MIN_SCOPE_ROWS` rows, shrunk toward the global
+    value. Cost: ``sweeps * slots * (iterations + 3)`` loss evaluations, each
+    O(rows x configurations).
     """
-    usable = [p for p in points if p.gemms and p.measured_speedup is not None]
+    usable = list(rows)
     if not usable:
-        raise ValueError("points must contain at least one point with GEMMs and a measurement")
-    base = GemmParameters(
-        **{name: value for name, (value, _) in ASSUMED.items()},  # type: ignore[arg-type]
-        compress_bandwidth_fraction=derive_compress_fraction(),
+        raise ValueError("rows must contain at least one measurement to fit")
+    design = _design(usable)
+    x = _fit_slots(design, sweeps=sweeps, iterations=iterations)
+    base: dict[str, float] = {}
+    overrides: dict[tuple[str, str, str], dict[str, float]] = {}
+    for (name, scope), value in zip(design.slots, x, strict=True):
+        if scope == _GLOBAL:
+            base[name] = _round(value)
+        else:
+            overrides.setdefault(scope, {})[name] = _round(value)
+    fraction = (
+        derive_compress_fraction()
+        if compress_bandwidth_fraction is None
+        else compress_bandwidth_fraction
     )
-    x = {"dense_compute_efficiency": 0.7, "sparse_ratio": 0.7, "sparse_memory_ratio": 0.5}
-    for _ in range(sweeps):
-        for name, (lo, hi) in _BOUNDS.items():
+    structure = STRUCTURE.replace(compress_bandwidth_fraction=round(fraction, 6))
+    sources = sorted({r.source for r in usable})
+    return ParameterTable(
+        base=base,
+        overrides=dict(sorted(overrides.items())),
+        structure=structure,
+        provenance=f"fitted by nmsim calibrate on {len(usable)} corpus rows from "
+        f"{len(sources)} sources",
+    )
 
-            def loss_at(value: float, name: str = name) -> float:
-                return _loss(usable, _params_from({**x, name: value}, base))
 
-            x[name] = _golden(loss_at, lo, hi, iterations)
-    fitted = _params_from(x, base)
-    # Round the stored values so the data file and a refit agree digit for digit.
-    fitted = fitted.replace(
-        **{name: round(getattr(fitted, name), 4) for name in FITTED},
-        compress_bandwidth_fraction=round(base.compress_bandwidth_fraction, 6),
-    )
-    return fitted.replace(
-        provenance="fitted by nmsim calibrate on: " + ", ".join(p.id for p in usable)
-    )
+def predict_rows(rows: Sequence[Measurement], table: ParameterTable | GemmParameters) -> np.ndarray:
+    """Modelled speedups of ``rows`` through :func:`~nmsim.perf.gemm.gemm_time`."""
+    out = []
+    for r in rows:
+        library = r.library if r.library != "other" else default_library(r.dtype)
+        if isinstance(table, ParameterTable):
+            params = table.resolve(r.architecture, library, r.dtype)  # architecture = sm_XX
+        else:
+            params = table
+        estimate = gemm_time(
+            r.gpu,
+            r.m,
+            r.n,
+            r.k,
+            dtype=r.dtype,
+            sparse="1:2" if r.dtype == "tf32" else "2:4",
+            library=library,
+            level=r.level,  # type: ignore[arg-type]
+            parameters=params,
+        )
+        assert estimate.dense_time_s is not None
+        out.append(estimate.dense_time_s / estimate.time_s)
+    return np.array(out, dtype=np.float64)
+
+
+# --------------------------------------------------------------------------- CV
+@dataclass(frozen=True)
+class RowResult:
+    """One corpus row: measured speedup, in-sample and held-out predictions, baselines."""
+
+    id: str
+    source: str
+    gpu: str
+    family: str
+    dtype: str
+    library: str
+    level: str
+    m: int
+    n: int
+    k: int
+    regime: str
+    measured: float
+    fitted: bool
+    predicted: float
+    cv_predicted: float | None
+    constant: float | None
+    legacy: float
+    tags: tuple[str, ...] = ()
+
+    @property
+    def cv_error(self) -> float | None:
+        """|CV prediction / measured - 1|."""
+        return None if self.cv_predicted is None else abs(self.cv_predicted / self.measured - 1)
+
+
+@dataclass(frozen=True)
+class CrossValidation:
+    """Leave-one-source-out predictions of every row (``None`` for rows not fitted)."""
+
+    predicted: dict[str, float]
+    constant: dict[str, float]
+    folds: int
+
+
+def cross_validate(
+    rows: Sequence[Measurement],
+    *,
+    sweeps: int = 4,
+    iterations: int = 24,
+    progress: Any = None,
+    fold: str = "source",
+) -> CrossValidation:
+    """Leave-one-source-out CV: refit without each source, predict its rows.
+
+    A source that is the only one measuring a GPU family still gets a
+    prediction: its rows fall back to the pooled parameters (the honest
+    extrapolation). ``fold="document"`` holds out every source of one document
+    together (a benchmark suite run on several machines). Deterministic.
+    """
+    if fold not in ("source", "document"):
+        raise ValueError(f"fold={fold!r} must be 'source' or 'document'")
+    usable = fitted_rows(rows)
+
+    def key(row: Measurement) -> str:
+        return row.source if fold == "source" else (row.document or row.source)
+
+    sources = sorted({key(r) for r in usable})
+    predicted: dict[str, float] = {}
+    constant: dict[str, float] = {}
+    for i, source in enumerate(sources):
+        train = [r for r in usable if key(r) != source]
+        test = [r for r in usable if key(r) == source]
+        if progress is not None:
+            progress(i, len(sources), source)
+        if not train:
+            continue
+        table = fit_table(train, sweeps=sweeps, iterations=iterations)
+        median = statistics.median(r.speedup for r in train)
+        for row, value in zip(test, predict_rows(test, table), strict=True):
+            predicted[row.id] = float(value)
+            constant[row.id] = median
+    return CrossValidation(predicted=predicted, constant=constant, folds=len(sources))
 
 
 # --------------------------------------------------------------------------- report
 @dataclass(frozen=True)
-class PointResult:
-    """Measured vs predicted for one point (errors are relative, in percent)."""
+class ErrorSummary:
+    """Median and 90th percentile absolute relative speedup error of one group."""
 
-    id: str
-    role: str
-    gpu: str
-    measured_speedup: float | None
-    predicted_speedup: float | None
-    speedup_error_pct: float | None
-    measured_dense_us: float | None = None
-    predicted_dense_us: float | None = None
-    measured_sparse_us: float | None = None
-    predicted_sparse_us: float | None = None
-    loo_predicted_speedup: float | None = None
-    loo_error_pct: float | None = None
-    passed: bool | None = None
-    detail: str = ""
-    source: str = ""
+    group: str
+    rows: int
+    sources: int
+    model_median: float
+    model_p90: float
+    constant_median: float
+    constant_p90: float
+    legacy_median: float
+    legacy_p90: float
 
 
 @dataclass(frozen=True)
 class CalibrationReport:
     """Result of :func:`calibrate`."""
 
-    parameters: GemmParameters
-    rows: tuple[PointResult, ...]
-    held_out_median_error_pct: float | None
-    held_out_max_error_pct: float | None
-    loo_median_error_pct: float | None
-    loo_max_error_pct: float | None
-    train_median_error_pct: float | None
-    time_median_error_pct: float | None = None
-    time_max_error_pct: float | None = None
+    table: ParameterTable
+    rows: tuple[RowResult, ...]
+    summary: tuple[ErrorSummary, ...]
+    intervals: dict[str, Any]
+    checks: tuple[dict[str, Any], ...]
+    corpus_counts: dict[str, Any]
+    folds: int
     warnings: tuple[str, ...] = field(default=())
 
     def as_dict(self) -> dict[str, object]:
         """Plain-JSON form."""
         from dataclasses import asdict
 
-        out = asdict(self)
-        out["parameters"] = {
-            key: value
-            for key, value in asdict(self.parameters).items()
-            if key not in ("tiles", "split_k")
-        }
-        return out
-
-
-def _error_pct(predicted: float, measured: float) -> float:
-    return abs(predicted - measured) / measured * 100.0
-
-
-def _role_fields(
-    p: CalibrationPoint, params: GemmParameters, loo_pred: float | None
-) -> dict[str, Any]:
-    """The fields of ``p``'s :class:`PointResult` that depend on its role.
-
-    ``train``/``test``: measured vs predicted speedup and times (and the leave-one-out
-    prediction ``loo_pred``); ``check``: the predicted speedup against its bound;
-    ``overhead``: the compression time; other roles: the measured speedup and the reason.
-    """
-    measured = p.measured_speedup
-    if p.role in ("train", "test"):
-        assert measured is not None
-        pred = predict_point(p, params)
         return {
-            "measured_speedup": measured,
-            "predicted_speedup": pred.speedup,
-            "speedup_error_pct": _error_pct(pred.speedup, measured),
-            "measured_dense_us": p.dense_us,
-            "predicted_dense_us": pred.dense_s * 1e6,
-            "measured_sparse_us": p.sparse_us,
-            "predicted_sparse_us": pred.sparse_s * 1e6,
-            "loo_predicted_speedup": loo_pred,
-            "loo_error_pct": None if loo_pred is None else _error_pct(loo_pred, measured),
-            "detail": p.workload,
+            "parameters": {
+                "provenance": self.table.provenance,
+                "global": self.table.base,
+                "scoped": {"/".join(k): v for k, v in self.table.overrides.items()},
+            },
+            "rows": [{**asdict(r), "cv_error": r.cv_error} for r in self.rows],
+            "summary": [asdict(s) for s in self.summary],
+            "intervals": self.intervals,
+            "checks": list(self.checks),
+            "corpus": self.corpus_counts,
+            "folds": self.folds,
+            "warnings": list(self.warnings),
         }
-    unmeasured = {"measured_speedup": None, "predicted_speedup": None, "speedup_error_pct": None}
-    if p.role == "check":
-        assert p.max_speedup is not None
-        value = _sweep_max_speedup(p, params) if p.sweep else predict_point(p, params).speedup
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    return float(np.quantile(np.asarray(values, dtype=np.float64), q, method="linear"))
+
+
+def _summaries(rows: Sequence[RowResult]) -> tuple[ErrorSummary, ...]:
+    scored = [r for r in rows if r.fitted and r.cv_predicted is not None]
+    groups: dict[str, list[RowResult]] = {}
+    for r in scored:
+        groups.setdefault(r.family, []).append(r)
+    groups["A100 + Hopper"] = [r for r in scored if r.family in ("A100/A30 (GA100)", "Hopper")]
+    groups["all"] = scored
+    out = []
+    for name in sorted(groups, key=lambda g: (g in ("A100 + Hopper", "all"), g)):
+        members = groups[name]
+        if not members:
+            continue
+
+        def errors(attribute: str, members: list[RowResult] = members) -> list[float]:
+            return [abs(getattr(r, attribute) / r.measured - 1) for r in members]
+
+        model, const, legacy = errors("cv_predicted"), errors("constant"), errors("legacy")
+        out.append(
+            ErrorSummary(
+                group=name,
+                rows=len(members),
+                sources=len({r.source for r in members}),
+                model_median=statistics.median(model),
+                model_p90=_quantile(model, 0.9),
+                constant_median=statistics.median(const),
+                constant_p90=_quantile(const, 0.9),
+                legacy_median=statistics.median(legacy),
+                legacy_p90=_quantile(legacy, 0.9),
+            )
+        )
+    return tuple(out)
+
+
+#: Interval settings (``specs/gemm_model.md`` section 8).
+COVERAGE = 0.8
+MINIMUM_INTERVAL_ROWS = 8
+EXTRAPOLATION_WIDENING = 1.5
+
+
+def interval_table(rows: Sequence[RowResult]) -> dict[str, Any]:
+    """Residual quantiles per (architecture, regime) and pooled, from the CV rows."""
+    lo_q, hi_q = (1 - COVERAGE) / 2, 1 - (1 - COVERAGE) / 2
+    scored = [r for r in rows if r.fitted and r.cv_predicted is not None]
+
+    def quantiles(members: list[RowResult]) -> dict[str, Any]:
+        residuals = [math.log(r.measured / r.cv_predicted) for r in members]  # type: ignore[operator]
         return {
-            **unmeasured,
-            "predicted_speedup": value,
-            "passed": value <= p.max_speedup,
-            "detail": p.check,
+            "count": len(residuals),
+            "low": round(min(0.0, _quantile(residuals, lo_q)), 4),
+            "high": round(max(0.0, _quantile(residuals, hi_q)), 4),
         }
-    if p.role == "overhead":
-        assert p.weight_mib is not None and p.time_us is not None
-        predicted = compress_time_s(p.gpu, p.weight_mib * 2**20, params) * 1e6
-        return {
-            **unmeasured,
-            "detail": f"compress {p.weight_mib} MiB: measured {p.time_us} us, "
-            f"model {predicted:.1f} us (defines compress_bandwidth_fraction)",
-        }
-    detail = p.reason
-    if p.range_tokens and p.gemms:
-        low, high = _token_range(p, params)
-        detail += f" | model range {low:.2f}-{high:.2f}x over tokens {p.range_tokens}"
-    return {**unmeasured, "measured_speedup": measured, "detail": detail}
+
+    groups: dict[str, list[RowResult]] = {}
+    for r in scored:
+        groups.setdefault(f"{architecture_key(get_gpu(r.gpu))}/{r.regime}", []).append(r)
+    pooled = {}
+    for name in ("small-n", "large-n"):
+        members = [r for r in scored if r.regime == name] or scored
+        pooled[name] = quantiles(members)
+    min_n = {
+        level: min((r.n for r in scored if r.level == level), default=1)
+        for level in ("kernel", "framework")
+    }
+    return {
+        "coverage": COVERAGE,
+        "minimum_rows": MINIMUM_INTERVAL_ROWS,
+        "extrapolation_widening": EXTRAPOLATION_WIDENING,
+        "measured_gpus": sorted({r.gpu for r in scored}),
+        "min_n": min_n,
+        "pooled": pooled,
+        "groups": {key: quantiles(value) for key, value in sorted(groups.items())},
+    }
 
 
 def calibrate(
-    points: Sequence[CalibrationPoint] | None = None, *, leave_one_out: bool = True
+    rows: Sequence[Measurement] | None = None,
+    *,
+    cross_validation: bool = True,
+    sweeps: int = 4,
+    iterations: int = 24,
+    progress: Any = None,
+    fold: str = "source",
 ) -> CalibrationReport:
-    """Fit on the ``train`` points and report every point.
+    """Fit on the corpus, cross-validate by source, and report.
 
     Parameters
     ----------
-    points : sequence of CalibrationPoint, optional
-        Default: the shipped data file.
-    leave_one_out : bool
-        Also refit once per quantitative point without it and report its
-        prediction error (the honest error estimate with this little data).
+    rows : sequence of Measurement, optional
+        Default: the shipped corpus.
+    cross_validation : bool
+        Run leave-one-source-out CV (one refit per source). Without it the
+        report's CV columns are empty.
+    sweeps, iterations : int
+        Fit effort (see :func:`fit_table`).
+    progress : callable, optional
+        ``progress(fold, folds, source)`` before each CV refit.
+    fold : {"source", "document"}
+        What one CV fold holds out (see :func:`cross_validate`).
 
     Returns
     -------
     CalibrationReport
-        ``held_out_*``: relative speedup error over ``test`` points;
-        ``loo_*``: over every quantitative point, each predicted by a fit
-        that did not see it.
     """
-    pts = tuple(load_points() if points is None else points)
-    quantitative = [p for p in pts if p.role in ("train", "test")]
-    train = [p for p in quantitative if p.role == "train"]
-    params = fit_parameters(train)
-
-    loo: dict[str, float] = {}
-    if leave_one_out and len(quantitative) > 1:
-        for point in quantitative:
-            others = [p for p in quantitative if p.id != point.id]
-            loo[point.id] = predict_point(point, fit_parameters(others)).speedup
-
-    rows = [
-        PointResult(
-            id=p.id,
-            role=p.role,
-            gpu=p.gpu,
-            source=p.source,
-            **_role_fields(p, params, loo.get(p.id)),
+    if rows is None:
+        _sources, rows = load_corpus()
+    rows = tuple(rows)
+    usable = fitted_rows(rows)
+    table = fit_table(usable, sweeps=sweeps, iterations=iterations)
+    cv = (
+        cross_validate(rows, sweeps=sweeps, iterations=iterations, progress=progress, fold=fold)
+        if cross_validation
+        else CrossValidation({}, {}, 0)
+    )
+    predicted = predict_rows(rows, table)
+    legacy = predict_rows(rows, LEGACY_PARAMETERS)
+    usable_ids = {r.id for r in usable}
+    results = tuple(
+        RowResult(
+            id=r.id,
+            source=r.source,
+            gpu=r.gpu,
+            family=family(r.gpu),
+            dtype=r.dtype,
+            library=r.library,
+            level=r.level,
+            m=r.m,
+            n=r.n,
+            k=r.k,
+            regime=regime(r.n),
+            measured=r.speedup,
+            fitted=r.id in usable_ids,
+            predicted=float(p),
+            cv_predicted=cv.predicted.get(r.id),
+            constant=cv.constant.get(r.id),
+            legacy=float(q),
+            tags=r.tags,
         )
-        for p in pts
-    ]
-
-    def summary(values: list[float]) -> tuple[float | None, float | None]:
-        return (statistics.median(values), max(values)) if values else (None, None)
-
-    held = [
-        r.speedup_error_pct for r in rows if r.role == "test" and r.speedup_error_pct is not None
-    ]
-    loo_errors = [r.loo_error_pct for r in rows if r.loo_error_pct is not None]
-    train_errors = [
-        r.speedup_error_pct for r in rows if r.role == "train" and r.speedup_error_pct is not None
-    ]
-    time_errors = [
-        _error_pct(predicted, measured)
-        for r in rows
-        if r.role in ("train", "test")
-        for predicted, measured in (
-            (r.predicted_dense_us, r.measured_dense_us),
-            (r.predicted_sparse_us, r.measured_sparse_us),
-        )
-        if predicted is not None and measured is not None
-    ]
-    time_median, time_max = summary(time_errors)
-    held_median, held_max = summary(held)
-    loo_median, loo_max = summary(loo_errors)
-    warnings = [
-        f"only {len(held)} held-out point(s) and {len(quantitative)} quantitative points in all: "
-        "the error figures are indicative, not a validation",
-    ]
-    architectures = {get_gpu(p.gpu).architecture for p in quantitative}
-    for arch in ("Hopper", "Blackwell", "Ada", "Ampere"):
-        count = sum(get_gpu(p.gpu).architecture == arch for p in quantitative)
-        if arch not in architectures:
-            warnings.append(
-                f"no quantitative {arch} point: {arch} estimates are extrapolated "
-                "from the fitted efficiencies and the datasheet peaks"
-            )
-        elif count < 2:
-            warnings.append(
-                f"{arch}: a single point ({count}); its efficiencies are not validated separately"
-            )
-    bad_checks = [r.id for r in rows if r.passed is False]
-    if bad_checks:
-        warnings.append("failed qualitative checks: " + ", ".join(bad_checks))
+        for r, p, q in zip(rows, predicted, legacy, strict=True)
+    )
+    counts: dict[str, Any] = {
+        "rows": len(rows),
+        "fitted_rows": len(usable),
+        "sources": len({r.source for r in rows}),
+        "by_gpu": _count(r.gpu for r in rows),
+        "by_source": _count(r.source for r in rows),
+        "by_library": _count(r.library for r in rows),
+        "by_level": _count(r.level for r in rows),
+        "by_dtype": _count(r.dtype for r in rows),
+    }
+    warnings = []
+    fitted_families = {family(r.gpu) for r in usable}
+    for name in ("A100/A30 (GA100)", "Ampere GA10x", "Ada", "Hopper", "Blackwell"):
+        if name not in fitted_families:
+            warnings.append(f"no fitted {name} row: its estimates are extrapolated")
     return CalibrationReport(
-        parameters=params,
-        rows=tuple(rows),
-        held_out_median_error_pct=held_median,
-        held_out_max_error_pct=held_max,
-        loo_median_error_pct=loo_median,
-        loo_max_error_pct=loo_max,
-        train_median_error_pct=statistics.median(train_errors) if train_errors else None,
-        time_median_error_pct=time_median,
-        time_max_error_pct=time_max,
+        table=table,
+        rows=results,
+        summary=_summaries(results) if cross_validation else (),
+        intervals=interval_table(results) if cross_validation else {},
+        checks=tuple(_checks(table)),
+        corpus_counts=counts,
+        folds=cv.folds,
         warnings=tuple(warnings),
     )
 
 
-def parameters_toml(params: GemmParameters) -> str:
-    """Text of ``nmsim/data/gemm_parameters.toml`` for ``params`` (``calibrate --write``)."""
+def _count(values: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for value in values:
+        out[value] = out.get(value, 0) + 1
+    return dict(sorted(out.items(), key=lambda item: (-item[1], item[0])))
+
+
+# --------------------------------------------------------------------------- checks
+@cache
+def load_points() -> tuple[dict[str, Any], ...]:
+    """The qualitative checks and overhead points of ``nmsim/data/calibration.toml``."""
+    text = resources.files("nmsim").joinpath("data/calibration.toml").read_text("utf-8")
+    points = tuple(tomllib.loads(text)["points"])
+    roles = {"check", "overhead", "workload", "excluded"}
+    for point in points:
+        if point.get("role") not in roles:
+            raise ValueError(
+                f"calibration point {point.get('id')!r}: role={point.get('role')!r} not in {roles}"
+            )
+    return points
+
+
+def _checks(table: ParameterTable) -> list[dict[str, Any]]:
+    out = []
+    for point in load_points():
+        if point["role"] != "check":
+            continue
+        gpu = get_gpu(point["gpu"])
+        params = table.resolve(architecture_key(gpu), "cusparselt", point["dtype"])
+        if "sweep" in point:
+            sizes = point["sweep"]
+            value = max(
+                _speedup(point["gpu"], m, n, k, point["dtype"], params, "kernel")
+                for m in sizes
+                for n in sizes
+                for k in sizes
+            )
+        else:
+            value = min(
+                _speedup(point["gpu"], g["m"], g["n"], g["k"], point["dtype"], params, level)
+                for g in point["gemms"]
+                for level in ("kernel", "framework")
+            )
+        out.append(
+            {
+                "id": point["id"],
+                "check": point["check"],
+                "model": value,
+                "passed": value <= point["max_speedup"],
+                "source": point["source"],
+            }
+        )
+    return out
+
+
+def _speedup(
+    gpu: str, m: int, n: int, k: int, dtype: str, params: GemmParameters, level: str
+) -> float:
+    e = gemm_time(gpu, m, n, k, dtype=dtype, sparse="2:4", parameters=params, level=level)  # type: ignore[arg-type]
+    assert e.speedup is not None
+    return e.speedup
+
+
+def compress_time_s(
+    gpu: str, weight_bytes: float, parameters: GemmParameters | None = None
+) -> float:
+    """Time of a runtime prune + compress pass over a dense weight of ``weight_bytes``.
+
+    Modelled as a memory-bound pass at ``compress_bandwidth_fraction`` of DRAM
+    bandwidth; that fraction is derived from the measured 36 us for an 8 MiB
+    weight on A100-80GB (calibration point ``a100-compress`` in
+    ``nmsim/data/calibration.toml``, with its source) and transfers to other GPUs by
+    bandwidth only (an assumption).
+    """
+    if not 0 <= weight_bytes < math.inf:  # also rejects NaN
+        raise ValueError(f"weight_bytes={weight_bytes} must be finite and >= 0")
+    fraction = (
+        parameters.compress_bandwidth_fraction
+        if parameters is not None
+        else default_parameter_table().structure.compress_bandwidth_fraction
+    )
+    bandwidth = get_gpu(gpu).memory_bandwidth_gb_s.value * 1e9
+    return weight_bytes / (bandwidth * fraction)
+
+
+def derive_compress_fraction() -> float:
+    """Fraction of DRAM bandwidth implied by the measured compress point."""
+    (point,) = [p for p in load_points() if p["role"] == "overhead"]
+    bandwidth = get_gpu(point["gpu"]).memory_bandwidth_gb_s.value * 1e9
+    return point["weight_mib"] * 2**20 / (point["time_us"] * 1e-6 * bandwidth)
+
+
+# --------------------------------------------------------------------------- files
+def parameters_toml(table: ParameterTable) -> str:
+    """Text of ``nmsim/data/gemm_parameters.toml`` (``nmsim calibrate --write``)."""
+    s = table.structure
     lines = [
-        "# Written by `nmsim calibrate --write` (nmsim/calibration.py); do not edit by hand.",
-        "# FITTED values come from the train points of calibration.toml; the others are",
-        "# stated assumptions (see nmsim.calibration.ASSUMED) or derived from a measured point.",
-        f'provenance = "{params.provenance}"',
+        "# Written by `nmsim calibrate --write` (nmsim/perf/calibration.py); do not edit by hand.",
+        '# [parameters]: global values; [scoped."architecture/library/dtype-class"]: values',
+        "# fitted for one scope and shrunk toward the global value (specs/gemm_model.md 4, 6).",
+        f'provenance = "{table.provenance}"',
+        "",
+        "[structure]",
+        *([f"sparse_split_k = {list(s.sparse_split_k)}"] if s.sparse_split_k else []),
+        f"framework_sparse_split_k = {list(s.framework_sparse_split_k)}",
+        f"compress_bandwidth_fraction = {s.compress_bandwidth_fraction!r}",
         "",
         "[parameters]",
     ]
-    for name in (*FITTED, *ASSUMED, "compress_bandwidth_fraction"):
-        lines.append(f"{name} = {getattr(params, name)!r}")
+    lines += [f"{name} = {value!r}" for name, value in table.base.items()]
+    for scope, values in table.overrides.items():
+        lines += ["", f'[scoped."{"/".join(scope)}"]']
+        lines += [f"{name} = {value!r}" for name, value in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def intervals_toml(intervals: dict[str, Any], provenance: str) -> str:
+    """Text of ``nmsim/data/gemm_intervals.toml`` (``nmsim calibrate --write``)."""
+    lines = [
+        "# Written by `nmsim calibrate --write` (nmsim/perf/calibration.py); do not edit by hand.",
+        "# Quantiles of log(measured / predicted) speedup of leave-one-source-out predictions,",
+        f"# per architecture and regime (small-n: n <= {SMALL_N}); specs/gemm_model.md section 8.",
+        f'provenance = "{provenance}"',
+        f"coverage = {intervals['coverage']!r}",
+        f"minimum_rows = {intervals['minimum_rows']!r}",
+        f"extrapolation_widening = {intervals['extrapolation_widening']!r}",
+        "measured_gpus = [" + ", ".join(f'"{g}"' for g in intervals["measured_gpus"]) + "]",
+    ]
+    lines += ["", "[min_n]"] + [f"{k} = {v!r}" for k, v in intervals["min_n"].items()]
+    for section in ("pooled", "groups"):
+        for key, value in intervals[section].items():
+            lines += ["", f'[{section}."{key}"]']
+            lines += [f"{name} = {v!r}" for name, v in value.items()]
     return "\n".join(lines) + "\n"

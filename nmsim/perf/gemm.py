@@ -27,19 +27,26 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
 from dataclasses import dataclass, field
-from functools import cache
-from importlib import resources
 from typing import Literal
+
+import numpy as np
 
 from nmref._validation import check_positive_integer
 from nmref.patterns import Pattern, parse_pattern
+from nmsim.perf.gemm_parameters import (
+    GemmParameters,
+    architecture_key,
+    default_parameter_table,
+    default_parameters,
+)
 from nmsim.perf.hardware import DTYPE_BYTES, GPU, get_gpu, normalize_dtype
 
 __all__ = [
+    "SPARSE_LIBRARIES",
     "GemmEstimate",
     "GemmParameters",
+    "default_library",
     "default_parameters",
     "gemm_time",
     "hardware_compatible",
@@ -61,138 +68,8 @@ DEFAULT_OUTPUT: dict[str, str] = {
 
 Bound = Literal["compute", "memory", "latency"]
 
-
-# --------------------------------------------------------------------------- parameters
-@dataclass(frozen=True)
-class GemmParameters:
-    """The named free parameters of the GEMM time model.
-
-    Attributes
-    ----------
-    dense_compute_efficiency : float
-        Fraction of the dense tensor-core peak a dense kernel sustains on a
-        full wave of tiles (clock throttling, pipeline bubbles), in (0, 1].
-    sparse_compute_efficiency : float
-        Same for the sparse kernel, relative to the vendor's 2x sparse peak.
-        Constrained ``<= dense_compute_efficiency`` so a sparse GEMM is never
-        modelled faster than 2x the dense compute term.
-    dense_memory_efficiency : float
-        Fraction of DRAM bandwidth a kernel sustains on dense operands, in (0, 1].
-    sparse_memory_efficiency : float
-        Fraction of DRAM bandwidth at which the **compressed A operand**
-        (values + metadata) streams; B, C and the split-K workspace of a sparse
-        GEMM stream at ``dense_memory_efficiency``. Constrained
-        ``<= dense_memory_efficiency``. Fitted from weight-bound decode GEMMs
-        that run slower sparse than dense (the RTX 4090 and A100 decode points of
-        ``nmsim/data/calibration.toml``).
-    launch_overhead_us : float
-        Fixed per-call time (launch, prologue/epilogue) of any GEMM.
-    sparse_extra_overhead_us : float
-        Additional fixed time of a sparse call (metadata set-up), >= 0.
-    tiles : tuple of (int, int)
-        Candidate output tiles ``(T_m, T_n)``; the model takes the fastest.
-    split_k : tuple of int
-        Candidate split-K factors, all allowed for every ``k`` (so time stays
-        monotone in ``k``); partial sums cost an FP32 workspace written and
-        read once, which is what makes large splits unattractive.
-    balanced_tile_intensity : float
-        Operand-feed limit of an SM, as the tile intensity
-        ``T_m T_n / (a T_m + T_n)`` (elements; ``a`` = stored fraction of A) at
-        which a tile just keeps the dense tensor cores busy. A tile below it
-        runs at ``intensity / balanced`` of the rate; the sparse path needs
-        twice the intensity because its math rate is doubled. Default 64 (a
-        128x128 dense tile) is an assumption, not fitted (the published
-        points cannot identify it); see ``specs/gemm_model.md``.
-    compress_bandwidth_fraction : float
-        Fraction of DRAM bandwidth a runtime prune + compress pass sustains,
-        counted on the dense weight bytes (derived from a measured point; used
-        by :func:`nmsim.perf.calibration.compress_time_s`).
-    provenance : str
-        How the values were obtained.
-    """
-
-    dense_compute_efficiency: float = 0.8
-    sparse_compute_efficiency: float = 0.6
-    dense_memory_efficiency: float = 0.8
-    sparse_memory_efficiency: float = 0.6
-    launch_overhead_us: float = 5.0
-    sparse_extra_overhead_us: float = 0.0
-    tiles: tuple[tuple[int, int], ...] = (
-        (256, 128),
-        (128, 256),
-        (128, 128),
-        (128, 64),
-        (64, 128),
-        (64, 64),
-    )
-    split_k: tuple[int, ...] = (1, 2, 4, 8, 16)
-    balanced_tile_intensity: float = 64.0
-    compress_bandwidth_fraction: float = 0.1
-    provenance: str = "hand-set placeholder"
-
-    def __post_init__(self) -> None:
-        for name in (
-            "dense_compute_efficiency",
-            "sparse_compute_efficiency",
-            "dense_memory_efficiency",
-            "sparse_memory_efficiency",
-        ):
-            value = getattr(self, name)
-            if not 0.0 < value <= 1.0:
-                raise ValueError(f"{name}={value} must be in (0, 1]")
-        if self.sparse_compute_efficiency > self.dense_compute_efficiency:
-            raise ValueError(
-                f"sparse_compute_efficiency={self.sparse_compute_efficiency} must be <= "
-                f"dense_compute_efficiency={self.dense_compute_efficiency} (sparse is never "
-                "modelled faster than 2x the dense compute term)"
-            )
-        if self.sparse_memory_efficiency > self.dense_memory_efficiency:
-            raise ValueError(
-                f"sparse_memory_efficiency={self.sparse_memory_efficiency} must be <= "
-                f"dense_memory_efficiency={self.dense_memory_efficiency}"
-            )
-        for name in ("launch_overhead_us", "sparse_extra_overhead_us"):
-            if getattr(self, name) < 0 or not math.isfinite(getattr(self, name)):
-                raise ValueError(f"{name}={getattr(self, name)} must be finite and >= 0")
-        if not 0.0 < self.compress_bandwidth_fraction <= 1.0:
-            raise ValueError(
-                f"compress_bandwidth_fraction={self.compress_bandwidth_fraction} must be in (0, 1]"
-            )
-        if not self.balanced_tile_intensity > 0:
-            raise ValueError(f"balanced_tile_intensity={self.balanced_tile_intensity} must be > 0")
-        if not self.tiles or any(t[0] < 1 or t[1] < 1 for t in self.tiles):
-            raise ValueError(f"tiles={self.tiles} must be a non-empty tuple of positive pairs")
-        if 1 not in self.split_k or any(s < 1 for s in self.split_k):
-            raise ValueError(f"split_k={self.split_k} must contain 1 and only positive ints")
-
-    def replace(self, **changes: object) -> GemmParameters:
-        """Return a copy with ``changes`` applied (validated)."""
-        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
-
-
-#: Parameters stored in ``nmsim/data/gemm_parameters.toml``.
-STORED_PARAMETERS: tuple[str, ...] = (
-    "dense_compute_efficiency",
-    "sparse_compute_efficiency",
-    "dense_memory_efficiency",
-    "sparse_memory_efficiency",
-    "launch_overhead_us",
-    "sparse_extra_overhead_us",
-    "compress_bandwidth_fraction",
-)
-
-
-@cache
-def default_parameters() -> GemmParameters:
-    """The calibrated parameters shipped in ``nmsim/data/gemm_parameters.toml``.
-
-    They are written by ``nmsim calibrate --write`` from the training split of
-    ``nmsim/data/calibration.toml``; a test refits and compares.
-    """
-    text = resources.files("nmsim").joinpath("data/gemm_parameters.toml").read_text("utf-8")
-    raw = tomllib.loads(text)
-    values = {name: float(raw["parameters"][name]) for name in STORED_PARAMETERS}
-    return GemmParameters(**values, provenance=str(raw.get("provenance", "")))  # type: ignore[arg-type]
+#: Sparse kernel libraries the model is calibrated for.
+SPARSE_LIBRARIES: tuple[str, ...] = ("cusparselt", "cutlass")
 
 
 # --------------------------------------------------------------------------- patterns
@@ -257,6 +134,87 @@ def metadata_bits_per_kept(dtype: str) -> int:
     return 4 if normalize_dtype(dtype) == "tf32" else 2
 
 
+# --------------------------------------------------------------------------- the core
+def configuration_grid(
+    params: GemmParameters, sparse: bool, level: str = "kernel"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Candidate ``(T_m, T_n, split)`` of one path, tile-major, in the order ties keep."""
+    splits = params.sparse_splits(level) if sparse else params.split_k
+    tm = np.array([t[0] for t in params.tiles for _ in splits], dtype=np.float64)
+    tn = np.array([t[1] for t in params.tiles for _ in splits], dtype=np.float64)
+    sp = np.array([s for _ in params.tiles for s in splits], dtype=np.float64)
+    return tm, tn, sp
+
+
+def roofline(
+    *,
+    m: np.ndarray,
+    n: np.ndarray,
+    k: np.ndarray,
+    sms: np.ndarray,
+    dense_flops_per_sm: np.ndarray,
+    math_speed: np.ndarray,
+    compute_efficiency: np.ndarray,
+    dense_compute_efficiency: np.ndarray,
+    a_fraction: np.ndarray,
+    a_bytes: np.ndarray,
+    other_bytes: np.ndarray,
+    bandwidth: np.ndarray,
+    memory_efficiency: np.ndarray,
+    a_memory_efficiency: np.ndarray,
+    tile_fixed_k: np.ndarray,
+    k_step_s: np.ndarray,
+    k_per_step: np.ndarray,
+    overhead_s: np.ndarray,
+    rate_fraction: np.ndarray,
+    balanced_tile_intensity: np.ndarray,
+    tm: np.ndarray,
+    tn: np.ndarray,
+    split: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """The time model of ``specs/gemm_model.md`` section 5 for many GEMMs at once.
+
+    Every row argument has shape ``(R,)``; ``tm``, ``tn``, ``split`` list the
+    ``C`` candidate configurations. Returns, per row, the fastest configuration
+    (first in candidate order on ties) and its terms. This one function times
+    every GEMM of the package (``gemm_time`` calls it with ``R = 1``; the fit
+    with the whole corpus), so the fitted model and the shipped one agree.
+
+    Complexity: O(R C) arithmetic.
+    """
+    col = np.newaxis
+    units = np.ceil(m[:, col] / tm) * np.ceil(n[:, col] / tn) * split
+    waves = np.ceil(units / sms[:, col])
+    intensity = tm * tn / (a_fraction[:, col] * tm + tn)
+    # A tensor core issuing at a fraction of its full rate (FP32 accumulate on GeForce) needs
+    # that fraction of the operand feed: the intensity that keeps it busy scales the same way.
+    balanced = balanced_tile_intensity[:, col] * rate_fraction[:, col]
+    feed = np.minimum(1.0, intensity / (balanced * math_speed[:, col]))
+    k_split = np.ceil(k[:, col] / split)
+    per_tile_flops = 2.0 * tm * tn
+    main = k_split / (math_speed[:, col] * compute_efficiency[:, col] * feed)
+    fixed = tile_fixed_k[:, col] / dense_compute_efficiency[:, col]
+    compute = waves * per_tile_flops * (main + fixed) / dense_flops_per_sm[:, col]
+    workspace = np.where(split > 1, 2.0 * 4.0 * m[:, col] * n[:, col] * split, 0.0)
+    memory = a_bytes[:, col] / (bandwidth[:, col] * a_memory_efficiency[:, col]) + (
+        other_bytes[:, col] + workspace
+    ) / (bandwidth[:, col] * memory_efficiency[:, col])
+    latency = waves * np.ceil(k_split / k_per_step[:, col]) * k_step_s[:, col]
+    total = np.maximum(np.maximum(compute, memory), latency) + overhead_s[:, col]
+    best = np.argmin(total, axis=1)
+    rows = np.arange(total.shape[0])
+    return {
+        "time": total[rows, best],
+        "compute": compute[rows, best],
+        "memory": memory[rows, best],
+        "latency": latency[rows, best],
+        "workspace": workspace[rows, best],
+        "waves": waves[rows, best],
+        "index": best,
+        "min_compute": compute.min(axis=1),
+    }
+
+
 # --------------------------------------------------------------------------- estimate
 @dataclass(frozen=True)
 class GemmEstimate:
@@ -266,6 +224,14 @@ class GemmEstimate:
     vendor sparse peak is quoted in. ``nonzero_flops`` counts only products
     with a kept weight (``2 m n k * N/M``); hardware executes
     ``executed_flops`` = ``2 m n k * 1/2`` on the sparse path whatever N:M is.
+
+    On the sparse path the estimate also carries the dense GEMM's time under
+    the same settings, the ``speedup`` (dense / sparse), its prediction
+    interval ``[speedup_low, speedup_high]`` from the cross-validated errors
+    of comparable measured rows (``interval_basis`` says which), and a
+    ``verdict`` that holds across the interval: ``faster`` (low > 1),
+    ``slower`` (high < 1) or ``no gain`` (the interval contains 1).
+    ``extrapolated`` is True when the corpus holds no measurement of this GPU.
     """
 
     gpu: str
@@ -278,9 +244,12 @@ class GemmEstimate:
     pattern: str | None
     executed_pattern: str | None
     fallback: str | None
+    library: str
+    level: str
     time_s: float
     compute_time_s: float
     memory_time_s: float
+    latency_time_s: float
     overhead_s: float
     bound: Bound
     dense_equivalent_flops: float
@@ -301,6 +270,14 @@ class GemmEstimate:
     wave_efficiency: float
     compute_efficiency: float
     memory_efficiency: float  # of the A operand stream (B and C use the dense value)
+    min_compute_time_s: float = 0.0
+    dense_time_s: float | None = None
+    speedup: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    verdict: str | None = None
+    interval_basis: str | None = None
+    extrapolated: bool | None = None
     notes: tuple[str, ...] = field(default=())
 
     def as_dict(self) -> dict[str, object]:
@@ -309,6 +286,83 @@ class GemmEstimate:
         out["tile"] = list(self.tile)
         out["notes"] = list(self.notes)
         return out
+
+
+def default_library(dtype: str) -> str:
+    """The sparse library ``torch.sparse.to_sparse_semi_structured`` uses for ``dtype``.
+
+    PyTorch picks the cuSPARSELt subclass unless ``_FORCE_CUTLASS`` is set, and
+    cuSPARSELt's subclass has no float32 (TF32) entry, so TF32 runs on CUTLASS
+    (``torch/sparse/semi_structured.py``, ``_DTYPE_SHAPE_CONSTRAINTS``).
+    """
+    return "cutlass" if normalize_dtype(dtype) == "tf32" else "cusparselt"
+
+
+def _path_inputs(
+    gpu_obj: GPU,
+    m: int,
+    n: int,
+    k: int,
+    dtype: str,
+    peak_dense: float,
+    peak_path: float,
+    executed: Pattern | None,
+    a_values: float,
+    a_metadata: float,
+    other_bytes: float,
+    params: GemmParameters,
+    level: str,
+) -> dict[str, np.ndarray]:
+    sparse_path = executed is not None
+    sms = int(gpu_obj.sms.value)
+    element = DTYPE_BYTES[dtype]
+    eff = params.sparse_compute_efficiency if sparse_path else params.dense_compute_efficiency
+    a_mem = params.sparse_memory_efficiency if sparse_path else params.dense_memory_efficiency
+    overhead_us = params.launch_overhead_us + (
+        params.sparse_extra_overhead_us if sparse_path else 0.0
+    )
+    if level == "framework":
+        overhead_us += params.framework_overhead_us + (
+            params.sparse_framework_overhead_us if sparse_path else 0.0
+        )
+    k_step_ns = params.sparse_k_step_ns if sparse_path else params.dense_k_step_ns
+    dense_k_per_step = params.k_step_bytes / element
+    values = {
+        "m": m,
+        "n": n,
+        "k": k,
+        "sms": sms,
+        "dense_flops_per_sm": peak_dense * 1e12 / sms,
+        "math_speed": peak_path / peak_dense,
+        "compute_efficiency": eff,
+        "dense_compute_efficiency": params.dense_compute_efficiency,
+        "a_fraction": (a_values + a_metadata) / (m * k * element),
+        "a_bytes": a_values + a_metadata,
+        "other_bytes": other_bytes,
+        "bandwidth": gpu_obj.memory_bandwidth_gb_s.value * 1e9,
+        "memory_efficiency": params.dense_memory_efficiency,
+        "a_memory_efficiency": a_mem,
+        "tile_fixed_k": params.tile_fixed_k,
+        "k_step_s": k_step_ns * 1e-9,
+        # a sparse step walks twice the logical depth: its k-tile holds half the values
+        "k_per_step": dense_k_per_step * (1.0 / executed.density if sparse_path else 1.0),
+        "overhead_s": overhead_us * 1e-6,
+        "rate_fraction": (
+            rate_fraction(gpu_obj, dtype, peak_dense) if params.feed_follows_issue_rate else 1.0
+        ),
+        "balanced_tile_intensity": params.balanced_tile_intensity,
+    }
+    return {name: np.array([float(value)]) for name, value in values.items()}
+
+
+def rate_fraction(gpu: GPU, dtype: str, dense_tflops: float) -> float:
+    """The dense peak of this accumulate over the GPU's fastest peak for the input dtype.
+
+    1 on data-centre parts; 1/2 for FP32 accumulation on GeForce parts, whose tensor
+    cores issue FP16-accumulate MMAs at twice the rate (GA102/Ada whitepapers).
+    """
+    fastest = max(p.dense_tflops for p in gpu.peaks if p.input == dtype)
+    return dense_tflops / fastest
 
 
 def gemm_time(
@@ -322,6 +376,8 @@ def gemm_time(
     accumulate: str | None = None,
     output_dtype: str | None = None,
     incompatible: Literal["error", "dense"] = "error",
+    library: str | None = None,
+    level: Literal["kernel", "framework"] = "kernel",
     parameters: GemmParameters | None = None,
     b_elements: int | None = None,
     c_elements: int | None = None,
@@ -348,8 +404,20 @@ def gemm_time(
         Dtype of C; default the input dtype (fp32 for tf32, bf16 for fp8, int32 for int8).
     incompatible : {"error", "dense"}
         What to do with a pattern the hardware cannot accelerate.
+    library : {"cusparselt", "cutlass"}, optional
+        The sparse kernel library; default what ``torch.sparse.to_sparse_semi_structured``
+        uses (:func:`default_library`: cuSPARSELt, CUTLASS for TF32). It selects the
+        calibrated sparse parameters; a dense call ignores it except for the
+        speedup's dense baseline, which is the same call without ``sparse``.
+    level : {"kernel", "framework"}
+        ``kernel``: the kernel alone (CUDA events, profiler time). ``framework``:
+        a PyTorch call timed from the host, with the per-call dispatch overheads
+        (``framework_overhead_us``, and ``sparse_framework_overhead_us`` for the
+        sparse tensor subclass).
     parameters : GemmParameters, optional
-        Model parameters; default :func:`default_parameters` (calibrated).
+        Model parameters; default the calibrated table resolved for this GPU's
+        architecture, ``library`` and dtype class
+        (:func:`nmsim.perf.gemm_parameters.default_parameters`).
     b_elements, c_elements : int, optional
         Elements of B / C actually moved through DRAM when they differ from
         ``k n`` / ``m n``: an implicit-GEMM convolution reads its activation
@@ -358,15 +426,18 @@ def gemm_time(
     Returns
     -------
     GemmEstimate
+        On the sparse path with the dense time, the speedup, its prediction
+        interval and verdict (see :class:`GemmEstimate`).
 
     Raises
     ------
     ValueError
         Unknown GPU; dtype/accumulate pair the GPU lacks; non-positive size;
         ``k`` not divisible by the pattern's group size; a pattern the
-        hardware cannot accelerate with ``incompatible="error"``.
+        hardware cannot accelerate with ``incompatible="error"``; an unknown
+        ``library`` or ``level``.
     TypeError
-        Sizes that are not integers.
+        Sizes that are not integers; ``parameters`` that are not GemmParameters.
 
     Notes
     -----
@@ -382,6 +453,8 @@ def gemm_time(
     >>> sparse = gemm_time("a100", 4096, 4096, 4096, dtype="fp16", sparse="2:4")
     >>> 1.0 < dense.time_s / sparse.time_s < 2.0
     True
+    >>> sparse.speedup_low <= sparse.speedup <= sparse.speedup_high
+    True
     """
     gpu_obj = get_gpu(gpu)
     m = check_positive_integer(m, "m")
@@ -394,7 +467,19 @@ def gemm_time(
         raise ValueError(f"output_dtype={output!r} must be one of {sorted(OUTPUT_BYTES)}")
     if incompatible not in ("error", "dense"):
         raise ValueError(f"incompatible={incompatible!r} must be 'error' or 'dense'")
-    params = parameters if parameters is not None else default_parameters()
+    if level not in ("kernel", "framework"):
+        raise ValueError(f"level={level!r} must be 'kernel' or 'framework'")
+    library = default_library(dtype) if library is None else library
+    if library not in SPARSE_LIBRARIES:
+        raise ValueError(f"library={library!r} must be one of {list(SPARSE_LIBRARIES)}")
+    if parameters is None:
+        params = default_parameter_table().resolve(architecture_key(gpu_obj), library, dtype)
+    elif isinstance(parameters, GemmParameters):
+        params = parameters
+    else:
+        raise TypeError(
+            f"parameters={parameters!r} must be a GemmParameters (or None for the calibrated ones)"
+        )
 
     notes: list[str] = []
     pattern = parse_pattern(sparse) if sparse is not None else None
@@ -432,69 +517,87 @@ def gemm_time(
 
     # ----- bytes moved (ideal reuse)
     element = DTYPE_BYTES[dtype]
-    if executed is None:
-        a_values, a_metadata = m * k * element, 0.0
-    else:
-        kept = m * k * executed.density
-        a_values = kept * element
-        a_metadata = kept * metadata_bits_per_kept(dtype) / 8
     b_count = k * n if b_elements is None else check_positive_integer(b_elements, "b_elements")
     c_count = m * n if c_elements is None else check_positive_integer(c_elements, "c_elements")
     b_bytes = b_count * element
     c_bytes = c_count * OUTPUT_BYTES[output]
 
-    # ----- rates
-    sparse_path = executed is not None
-    sms = int(gpu_obj.sms.value)
-    # Vendor tables round dense and sparse peaks independently (L40S 362 / 733); the sparse
-    # tensor cores run exactly 2x the dense math rate, so the sparse peak is capped at that.
-    peak_tflops = (
-        min(peak.sparse_tflops, 2.0 * peak.dense_tflops) if sparse_path else peak.dense_tflops
-    )
-    compute_eff = (
-        params.sparse_compute_efficiency if sparse_path else params.dense_compute_efficiency
-    )
-    memory_eff = params.dense_memory_efficiency
-    a_memory_eff = params.sparse_memory_efficiency if sparse_path else memory_eff
-    # stored fraction of A's elements (values + metadata) and math speed vs dense
-    a_fraction = (a_values + a_metadata) / (m * k * element)
-    math_speed = 1.0 / executed.density if executed is not None else 1.0
-    flops_per_s_per_sm = peak_tflops * 1e12 / sms * compute_eff
-    bytes_per_s = gpu_obj.memory_bandwidth_gb_s.value * 1e9 * memory_eff
-    overhead = (
-        params.launch_overhead_us + (params.sparse_extra_overhead_us if sparse_path else 0.0)
-    ) * 1e-6
+    def run(path: Pattern | None) -> tuple[dict[str, np.ndarray], float, float, float, float]:
+        if path is None:
+            a_values, a_metadata = m * k * element, 0.0
+            # a dense GEMM runs at the dense peak
+            peak_path = peak.dense_tflops
+        else:
+            kept = m * k * path.density
+            a_values = kept * element
+            a_metadata = kept * metadata_bits_per_kept(dtype) / 8
+            # Vendor tables round dense and sparse peaks independently (L40S 362 / 733); the
+            # sparse tensor cores run exactly 2x the dense math rate, so cap the peak there.
+            peak_path = min(peak.sparse_tflops, 2.0 * peak.dense_tflops)
+        inputs = _path_inputs(
+            gpu_obj,
+            m,
+            n,
+            k,
+            dtype,
+            peak.dense_tflops,
+            peak_path,
+            path,
+            a_values,
+            a_metadata,
+            b_bytes + c_bytes,
+            params,
+            level,
+        )
+        tm, tn, sp = configuration_grid(params, sparse=path is not None, level=level)
+        result = roofline(
+            **inputs,
+            tm=tm,
+            tn=tn,
+            split=sp,
+        )
+        config = int(result["index"][0])
+        result["tile_m"], result["tile_n"], result["split"] = tm[config], tn[config], sp[config]
+        return result, a_values, a_metadata, peak_path, float(inputs["overhead_s"][0])
 
-    # ----- best tile configuration (what an autotuned library would pick)
-    best: tuple[float, float, float, float, tuple[int, int], int, int] | None = None
-    for tile in params.tiles:
-        tiles_mn = math.ceil(m / tile[0]) * math.ceil(n / tile[1])
-        for split in params.split_k:
-            units = tiles_mn * split
-            waves = math.ceil(units / sms)
-            # Operand feed: a small tile reuses each fetched element fewer times, so
-            # it cannot keep the tensor cores busy (sparse math runs 2x, so needs 2x).
-            intensity = tile[0] * tile[1] / (a_fraction * tile[0] + tile[1])
-            feed = min(1.0, intensity / (params.balanced_tile_intensity * math_speed))
-            compute = (
-                waves * 2.0 * tile[0] * tile[1] * math.ceil(k / split) / (flops_per_s_per_sm * feed)
-            )
-            workspace = 0.0 if split == 1 else 2.0 * 4.0 * m * n * split
-            memory = (a_values + a_metadata) / (bytes_per_s * a_memory_eff / memory_eff) + (
-                b_bytes + c_bytes + workspace
-            ) / bytes_per_s
-            total = max(compute, memory) + overhead
-            if best is None or total < best[0]:
-                best = (total, compute, memory, workspace, tile, split, waves)
-    assert best is not None  # tiles is non-empty and split 1 is always allowed
-    total, compute, memory, workspace, tile, split, waves = best
+    result, a_values, a_metadata, peak_tflops, overhead = run(executed)
+    total = float(result["time"][0])
+    compute = float(result["compute"][0])
+    memory = float(result["memory"][0])
+    latency = float(result["latency"][0])
+    workspace = float(result["workspace"][0])
+    tile = (int(result["tile_m"]), int(result["tile_n"]))
+    split = int(result["split"])
+    waves = int(result["waves"][0])
 
-    if overhead >= max(compute, memory):
+    if overhead >= max(compute, memory, latency) or latency >= max(compute, memory):
         bound: Bound = "latency"
     elif compute >= memory:
         bound = "compute"
     else:
         bound = "memory"
+    sparse_path = executed is not None
+    speed: dict[str, object] = {}
+    if sparse_path:
+        from nmsim.perf.intervals import speedup_interval
+
+        dense_time = float(run(None)[0]["time"][0])
+        ratio = dense_time / total
+        interval = speedup_interval(gpu_obj, n=n, speedup=ratio, level=level)
+        speed = {
+            "dense_time_s": dense_time,
+            "speedup": ratio,
+            "speedup_low": interval.low,
+            "speedup_high": interval.high,
+            "verdict": interval.verdict,
+            "interval_basis": interval.basis,
+            "extrapolated": interval.extrapolated,
+        }
+        if interval.extrapolated:
+            notes.append(
+                "the speedup is extrapolated beyond the measured corpus and its interval "
+                f"widened ({interval.basis.split('extrapolated: ', 1)[-1].split('; ')[0]})"
+            )
     dense_flops = 2.0 * m * n * k
     tiles_mn = math.ceil(m / tile[0]) * math.ceil(n / tile[1])
     return GemmEstimate(
@@ -508,9 +611,12 @@ def gemm_time(
         pattern=str(pattern) if pattern is not None else None,
         executed_pattern=str(executed) if executed is not None else None,
         fallback=fallback,
+        library=library,
+        level=level,
         time_s=total,
         compute_time_s=compute,
         memory_time_s=memory,
+        latency_time_s=latency,
         overhead_s=overhead,
         bound=bound,
         dense_equivalent_flops=dense_flops,
@@ -528,8 +634,14 @@ def gemm_time(
         split_k=split,
         waves=waves,
         tile_efficiency=m * n / (tiles_mn * tile[0] * tile[1]),
-        wave_efficiency=tiles_mn * split / (waves * sms),
-        compute_efficiency=compute_eff,
-        memory_efficiency=a_memory_eff,
+        wave_efficiency=tiles_mn * split / (waves * int(gpu_obj.sms.value)),
+        compute_efficiency=(
+            params.sparse_compute_efficiency if sparse_path else params.dense_compute_efficiency
+        ),
+        memory_efficiency=(
+            params.sparse_memory_efficiency if sparse_path else params.dense_memory_efficiency
+        ),
+        min_compute_time_s=float(result["min_compute"][0]),
         notes=tuple(notes),
+        **speed,  # type: ignore[arg-type]
     )

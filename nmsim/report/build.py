@@ -38,6 +38,8 @@ from nmsim.report.methods import (
     MASK_METHODS,
     TensorContext,
     check_gpu,
+    combine_speedups,
+    gemm_estimate,
     gemm_seconds,
     gemm_shapes,
     method_densities,
@@ -437,6 +439,11 @@ def _tensor_time(
     times = {"dense": dense | {"total": sum(dense.values())}, "methods": methods}
     notes: set[str] = set()
     sparse_cache: dict[str, float] = {}
+    # Inference: the forward GEMM with the pattern's 1-D mask, whatever the methods (R6).
+    sparse_cache["forward"], forward_notes, forward_speedup = gemm_estimate(
+        settings.gpu, shapes["forward"], settings.dtype, pattern
+    )
+    notes.update(forward_notes)
     for key, ok in applied.items():
         if not ok:
             methods[key] = None
@@ -459,6 +466,7 @@ def _tensor_time(
             per_gemm[gemm] = sparse_share * sparse_cache[gemm] + (1 - sparse_share) * dense[gemm]
         methods[key] = per_gemm | {"total": sum(per_gemm.values())}
     times["notes"] = sorted(notes)
+    times["forward_speedup"] = forward_speedup
     return times
 
 
@@ -548,6 +556,11 @@ def _cost_totals(analysed: list[dict], settings: ReportSettings, cost: str) -> d
             ratio = dense["total"] / per["total"] if per["total"] > 0 else None
             per["reduction" if cost == "flops" else "speedup"] = ratio
             out[block][key] = per
+    if cost == "time":
+        # The whole model's forward GEMMs: interval ends summed over tensors (R6).
+        out["forward_speedup"] = combine_speedups(
+            [(e["time"]["dense"]["forward"], e["time"]["forward_speedup"]) for e in analysed]
+        )
     return out
 
 

@@ -31,8 +31,19 @@ SPEEDUP_PLOT = "speedup.png"
 HEATMAP_PLOT = "mask_heatmap.png"
 
 
+#: CSV column -> field of a tensor's ``time.forward_speedup`` block.
+FORWARD_SPEEDUP_COLUMNS = {
+    "fwd_speedup": "speedup",
+    "fwd_speedup_low": "low",
+    "fwd_speedup_high": "high",
+    "fwd_verdict": "verdict",
+    "fwd_extrapolated": "extrapolated",
+}
+
+
 def csv_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """One flat row per tensor: shape facts, per-method kept fraction, FLOPs and time."""
+    """One flat row per tensor: shape facts, per-method kept fraction, FLOPs and time, and
+    the inference forward-GEMM speedup with its prediction interval and verdict."""
     methods = report["settings"]["methods"]
     rows = []
     for entry in report["tensors"]:
@@ -62,6 +73,10 @@ def csv_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                 for key in methods:
                     method = (block.get("executed") or {}).get(key) or {}
                     row[f"{key}_executed_flops"] = method.get("total", "")
+        # Inference forward-GEMM speedup with its prediction interval (empty: runs dense).
+        speedup = (entry["time"] or {}).get("forward_speedup") or {}
+        for column, field in FORWARD_SPEEDUP_COLUMNS.items():
+            row[column] = speedup.get(field, "")
         rows.append(row)
     return rows
 

@@ -34,6 +34,10 @@ __all__ = [
     "MaskMethod",
     "TensorContext",
     "availability",
+    "combine_speedups",
+    "gemm_estimate",
+    "gemm_seconds",
+    "interval_coverage",
     "mask_digest",
 ]
 
@@ -347,6 +351,23 @@ def gemm_seconds(
     ``pattern=None`` is dense. Patterns the hardware cannot accelerate run
     dense (``incompatible="dense"``); the notes then say so.
     """
+    seconds, notes, _ = gemm_estimate(gpu, shape, dtype, pattern)
+    return seconds, notes
+
+
+def gemm_estimate(
+    gpu: str, shape: tuple[int, int, int], dtype: str, pattern: Pattern | None
+) -> tuple[float, tuple[str, ...], dict[str, Any] | None]:
+    """:func:`gemm_seconds` and, when the GEMM runs sparse, its speedup block.
+
+    The block (``specs/report.md`` R6) is the model's dense / sparse speedup of this
+    GEMM with its prediction interval and verdict, as ``gemm_time`` reports them:
+    ``speedup``, ``low``, ``high``, ``verdict``, ``extrapolated``, ``basis``,
+    ``coverage`` (nominal, of the interval table), ``dense_s`` and ``sparse_s`` (the two
+    times the speedup divides). ``None`` for a dense GEMM, a pattern the hardware runs
+    dense, a GEMM the model refuses (timed dense, with a note), or a time model without
+    intervals.
+    """
     from nmsim.perf.gemm import gemm_time
 
     m, n, k = shape
@@ -360,8 +381,78 @@ def gemm_seconds(
         # shape (k not a multiple of the hardware group, e.g. dX of a 10-row head at 1:2): the
         # hardware runs this GEMM dense, one tensor does not end the whole report.
         seconds, notes = gemm_seconds(gpu, shape, dtype, None)
-        return seconds, (*notes, f"{m}x{n}x{k} GEMM modelled as dense: {error}")
-    return float(estimate.time_s), tuple(str(note) for note in getattr(estimate, "notes", ()))
+        return seconds, (*notes, f"{m}x{n}x{k} GEMM modelled as dense: {error}"), None
+    notes = tuple(str(note) for note in getattr(estimate, "notes", ()))
+    return float(estimate.time_s), notes, _speedup_block(estimate)
+
+
+def _speedup_block(estimate: Any) -> dict[str, Any] | None:
+    fields = ("speedup", "speedup_low", "speedup_high", "verdict", "dense_time_s")
+    if any(getattr(estimate, name, None) is None for name in fields):
+        return None  # dense path, or a time model that does not give intervals
+    return {
+        "speedup": float(estimate.speedup),
+        "low": float(estimate.speedup_low),
+        "high": float(estimate.speedup_high),
+        "verdict": str(estimate.verdict),
+        "extrapolated": bool(getattr(estimate, "extrapolated", False)),
+        "basis": str(getattr(estimate, "interval_basis", None) or ""),
+        "coverage": interval_coverage(),
+        "dense_s": float(estimate.dense_time_s),
+        "sparse_s": float(estimate.time_s),
+    }
+
+
+def interval_coverage() -> float | None:
+    """Nominal coverage of the shipped speedup intervals (0.8), or None if unknown."""
+    try:
+        from nmsim.perf.intervals import default_interval_table
+
+        return float(default_interval_table().coverage)
+    except (ImportError, AttributeError, OSError, KeyError, ValueError):
+        return None
+
+
+def combine_speedups(pairs: list[tuple[float, dict[str, Any] | None]]) -> dict[str, Any] | None:
+    """The speedup block of a sum of GEMMs, from ``(dense seconds, block or None)`` pairs.
+
+    A GEMM without a block runs dense: its point time enters both ends. A sparse GEMM's
+    time interval is ``[dense_s / high, dense_s / low]``; the sum's ends are the sums of
+    those ends, because the model's errors on one GPU are correlated (the same fitted
+    efficiencies time every GEMM) and do not average out: the honest, conservative rule.
+    ``None`` when no GEMM has a block. ``basis`` joins the distinct bases with ``" | "``;
+    ``tensors`` counts the GEMMs with a block.
+    """
+    from nmsim.perf.intervals import verdict
+
+    sparse = [block for _, block in pairs if block is not None]
+    if not sparse:
+        return None
+    dense = point = fast = slow = 0.0
+    for seconds, block in pairs:
+        if block is None:
+            dense += seconds
+            point += seconds
+            fast += seconds
+            slow += seconds
+            continue
+        dense += block["dense_s"]
+        point += block["sparse_s"]
+        fast += block["dense_s"] / block["high"]
+        slow += block["dense_s"] / block["low"]
+    low, high = dense / slow, dense / fast
+    return {
+        "speedup": dense / point,
+        "low": low,
+        "high": high,
+        "verdict": verdict(low, high),
+        "extrapolated": any(block["extrapolated"] for block in sparse),
+        "basis": " | ".join(dict.fromkeys(block["basis"] for block in sparse)),
+        "coverage": sparse[0]["coverage"],
+        "dense_s": dense,
+        "sparse_s": point,
+        "tensors": len(sparse),
+    }
 
 
 def check_gpu(gpu: str) -> str:
