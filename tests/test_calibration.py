@@ -241,7 +241,7 @@ def test_calibrate_cli_json_parses(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_calibrate_cli_refuses_to_write_without_cv(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["calibrate", "--no-cv", "--write"]) != 0
-    assert "--write needs the cross-validation" in capsys.readouterr().err
+    assert "--write needs the leave-one-source-out cross-validation" in capsys.readouterr().err
 
 
 def test_document_folds_hold_out_every_source_of_a_document() -> None:
