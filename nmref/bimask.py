@@ -667,6 +667,11 @@ def _as_generator(rng: object) -> np.random.Generator:
     )
 
 
+#: Largest memory the drawn candidate permutations may take (bytes); a count beyond it is
+#: refused before anything is allocated.
+CANDIDATE_MEMORY_BUDGET = 2 * 2**30
+
+
 def evaluated_permutations(
     candidates: int | ArrayLike, out_channels: int, rng: object, include_identity: bool
 ) -> NDArray[np.intp]:
@@ -680,6 +685,18 @@ def evaluated_permutations(
         count = int(candidates)  # type: ignore[arg-type]
         if count < 0:
             raise ValueError(f"candidates={count} must be >= 0")
+        needed = count * out_channels * np.dtype(np.intp).itemsize
+        if needed > CANDIDATE_MEMORY_BUDGET:
+            raise ValueError(
+                f"candidates={count} would hold {needed / 2**30:.3g} GiB of permutations of "
+                f"{out_channels} rows, over the {CANDIDATE_MEMORY_BUDGET / 2**30:g} GiB budget "
+                "(nmref.bimask.CANDIDATE_MEMORY_BUDGET): lower candidates"
+            )
+        if rng is None:
+            raise TypeError(
+                f"rng is required when candidates is a count (candidates={count}): pass an int "
+                "seed (rng=0) or a numpy.random.Generator; there is no hidden global seed"
+            )
         generator = _as_generator(rng)
         drawn = np.empty((count, out_channels), dtype=np.intp)
         for k in range(count):

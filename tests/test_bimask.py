@@ -833,3 +833,18 @@ def test_gemm_and_gap_errors_describe_the_argument():
         bimask.bimask_linear_gemms(np.ones((1, 8)), weight, dy, np.arange(8), 2, 4)
     with pytest.raises(ValueError, match=r"weight contains NaN \(first at index \(0, 1\)\)"):
         bimask.gradient_gap(np.array([[1.0, np.nan]]), [[1, 1]], [[1, 1]])
+
+
+def test_search_permutation_with_the_default_rng_none_says_rng_is_required():
+    """Issue 20: ``rng=None``, the signature's default, raised a TypeError about the type."""
+    with pytest.raises(TypeError, match=r"rng is required when candidates is a count"):
+        bimask.search_permutation(np.ones((8, 8)), 2, 4)
+    # explicit candidates need no rng
+    explicit = np.stack([np.arange(8), np.arange(8)[::-1]])
+    assert bimask.search_permutation(np.ones((8, 8)), 2, 4, candidates=explicit).candidates.shape
+
+
+def test_search_permutation_candidates_10_to_the_12_is_refused_before_allocating():
+    """Issue 20: ``search_permutation(candidates=10**12)`` tried to allocate 58 TiB."""
+    with pytest.raises(ValueError, match=r"candidates=1000000000000 would hold .* GiB .* budget"):
+        bimask.search_permutation(np.ones((8, 8)), 2, 4, candidates=10**12, rng=0)

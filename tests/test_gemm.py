@@ -561,3 +561,18 @@ def test_extrapolated_intervals_are_wider() -> None:
     assert math.log(a.high / a.low) == pytest.approx(
         (pooled.high - pooled.low) * table.extrapolation_widening, rel=1e-9
     )
+
+
+def test_metadata_bits_of_fp4_is_an_error_not_2() -> None:
+    """Issue 20: ``metadata_bits_per_kept("fp4")`` returned 2 (fp4 is pair-wise 4:8, not 2:4)."""
+    from nmsim.perf.gemm import metadata_bits_per_kept
+
+    with pytest.raises(ValueError, match=r"dtype='fp4' has no 2:4 \(or 1:2\) sparse"):
+        metadata_bits_per_kept("fp4")
+    assert metadata_bits_per_kept("bfloat16") == 2
+
+
+def test_gemm_time_parameters_x_is_a_type_error_naming_the_argument() -> None:
+    """Issue 20: ``gemm_time(parameters="x")`` raised AttributeError."""
+    with pytest.raises(TypeError, match="parameters='x' must be a GemmParameters"):
+        gemm_time("a100", 64, 64, 64, parameters="x")  # type: ignore[arg-type]

@@ -131,7 +131,13 @@ def metadata_bits_per_kept(dtype: str) -> int:
     PTX "Sparse matrix storage": 16/8-bit types store two 2-bit indices per
     4-group; TF32 stores one 4-bit code per 2-group (``specs/formats.md``).
     """
-    return 4 if normalize_dtype(dtype) == "tf32" else 2
+    name = normalize_dtype(dtype)
+    if name not in DTYPE_BYTES:
+        raise ValueError(
+            f"dtype={dtype!r} has no 2:4 (or 1:2) sparse tensor-core format; known: "
+            f"{sorted(DTYPE_BYTES)}"
+        )
+    return 4 if name == "tf32" else 2
 
 
 # --------------------------------------------------------------------------- the core
