@@ -119,8 +119,18 @@ def check_choice(value: object, name: str, choices: Sequence[object]) -> int:
 # ----------------------------------------------------------------------------
 
 
+def refuse_masked(values: object, name: str) -> None:
+    """``TypeError`` for a numpy masked array: ``np.asarray`` would drop its mask silently."""
+    if isinstance(values, np.ma.MaskedArray):
+        raise TypeError(
+            f"{name} is a numpy masked array; its mask would be ignored. Pass "
+            f"{name}.filled(value) with the value masked entries should have"
+        )
+
+
 def as_scores(scores: ArrayLike, name: str = "scores") -> NDArray:
     """``scores`` as an ndarray of a dtype the rules allow (C5), without lossy casts."""
+    refuse_masked(scores, name)
     array = np.asarray(scores)
     kind = array.dtype.kind
     if kind not in "biuf" or (kind == "f" and array.dtype.itemsize > 8):
@@ -138,6 +148,7 @@ def check_float_dtype(array: NDArray, name: str) -> None:
 
 def as_float_array(values: ArrayLike, name: str, why: str | None = None) -> NDArray[np.floating]:
     """``values`` as a float16/32/64 ndarray without NaN (:func:`check_no_nan`)."""
+    refuse_masked(values, name)
     array = np.asarray(values)
     check_float_dtype(array, name)
     check_no_nan(array, name, why)

@@ -90,3 +90,22 @@ def test_the_channels_rule_of_transposable_masks_is_one_message():
         v.check_transposable_layout((6, 4, 3, 3), 4, "channels")
     with pytest.raises(ValueError, match=expected):
         nmref.transposable_weight_mask(np.ones((6, 4, 3, 3)), 2, 4)
+
+
+def test_masked_arrays_are_refused_not_silently_unmasked():
+    """Issue 20: masked arrays lost their mask silently in nm_mask, magnitude_mask and
+    transposable_mask."""
+    import numpy as np
+    import pytest
+
+    from nmref import magnitude_mask, nm_mask, transposable_mask
+
+    scores = np.ma.masked_array(np.arange(16, dtype=np.float64).reshape(4, 4), mask=False)
+    scores[0, 3] = np.ma.masked
+    for call in (
+        lambda: nm_mask(scores, 2, 4),
+        lambda: magnitude_mask(scores, 2, 4),
+        lambda: transposable_mask(scores, 2, 4),
+    ):
+        with pytest.raises(TypeError, match=r"(scores|weights) is a numpy masked array; its mask"):
+            call()
