@@ -28,7 +28,7 @@ import secrets
 import stat
 import struct
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,6 +136,58 @@ def _read_safetensors(path: Path, name: str) -> TensorRecord:
         return TensorRecord(name, array, str(array.dtype))
 
 
+def memory_budget() -> int:
+    """Largest array (bytes) a reader decompresses into memory: ``NMREF_MEMORY_BUDGET_GIB``
+    (default 4 GiB). Memory-mapped formats (``.npy``, ``.safetensors``) are not bounded by it."""
+    raw = os.environ.get("NMREF_MEMORY_BUDGET_GIB", "4")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"NMREF_MEMORY_BUDGET_GIB={raw!r} must be a number of GiB") from None
+    if not value > 0:
+        raise ValueError(f"NMREF_MEMORY_BUDGET_GIB={raw!r} must be > 0")
+    return int(value * 2**30)
+
+
+def _check_npz_members(path: Path, names: Sequence[str] | None = None) -> None:
+    """Refuse ``.npz`` members whose header lies about their size or that exceed the budget.
+
+    ``np.load`` trusts a member's header and allocates what it declares before reading: a
+    301-byte file declaring a (2**20, 2**20) array asks for 8 TiB. The declared size must
+    equal the member's uncompressed size, and fit :func:`memory_budget` (a zip bomb's
+    members are honest but huge). Only headers are read.
+    """
+    budget = memory_budget()
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            name = info.filename.removesuffix(".npy")
+            if names is not None and name not in names:
+                continue
+            with archive.open(info) as handle:
+                version = np.lib.format.read_magic(handle)
+                read_header = (
+                    np.lib.format.read_array_header_1_0
+                    if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0
+                )
+                shape, _, dtype = read_header(handle)
+                header_bytes = handle.tell()
+            declared = int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
+            if dtype.hasobject:
+                continue  # np.load(allow_pickle=False) refuses these itself
+            if declared + header_bytes != info.file_size:
+                raise ValueError(
+                    f"member {name!r} declares shape {tuple(shape)} {dtype} ({declared} bytes) but "
+                    f"holds {info.file_size - header_bytes} bytes: a corrupt or lying header"
+                )
+            if declared > budget:
+                raise ValueError(
+                    f"member {name!r} ({tuple(shape)} {dtype}) would take {declared / 2**30:.3g} "
+                    f"GiB in memory, over the {budget / 2**30:.3g} GiB budget; set "
+                    "NMREF_MEMORY_BUDGET_GIB to raise it"
+                )
+
+
 def iter_tensors(path: str | os.PathLike[str]) -> Iterator[TensorRecord]:
     """Yield every tensor of a tensor file (:data:`READ_FORMATS`), one at a time.
 
@@ -166,6 +218,7 @@ def iter_tensors(path: str | os.PathLike[str]) -> Iterator[TensorRecord]:
             array = np.load(path, mmap_mode="r", allow_pickle=False)
             yield TensorRecord(path.stem, array, str(array.dtype))
         elif suffix == ".npz":
+            _check_npz_members(path)
             with np.load(path, allow_pickle=False) as archive:
                 for name in archive.files:
                     array = archive[name]
@@ -400,6 +453,7 @@ def read_tensor(path: str | os.PathLike[str], name: str) -> TensorRecord:
             array = np.load(path, mmap_mode="r", allow_pickle=False)
             return TensorRecord(name, array, str(array.dtype))
         if suffix == ".npz":
+            _check_npz_members(path, [name])
             with np.load(path, allow_pickle=False) as archive:
                 if name not in archive.files:
                     raise _missing(path, name)

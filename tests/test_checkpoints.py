@@ -145,3 +145,45 @@ def test_torch_checkpoints_of_both_formats_pass_the_signature_check(tmp_path, zi
     torch.save({"w": torch.arange(4.0)}, path, _use_new_zipfile_serialization=zip_archive)
     [record] = list(iter_tensors(path))
     assert record.name == "w" and record.array.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def _lying_npz(path, shape=(2**20, 2**20)):
+    """A tiny .npz whose only member's header claims ``shape`` float64 and holds no data."""
+    import io
+    import zipfile
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f8", "fortran_order": False, "shape": shape}
+    )
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("w.npy", header.getvalue())  # the header writer adds the magic
+    return path
+
+
+def test_npz_whose_header_claims_2_20_by_2_20_is_refused_before_allocating(tmp_path):
+    """Issue 20: a 301-byte .npz whose header claims (2**20, 2**20) made nmref mask, check and
+    nmsim report try to allocate 4 TiB."""
+    from nmref.checkpoints import iter_tensors, read_tensor
+
+    path = _lying_npz(tmp_path / "lie.npz")
+    assert path.stat().st_size < 400
+    with pytest.raises(ValueError, match=r"declares shape \(1048576, 1048576\) float64"):
+        list(iter_tensors(path))
+    with pytest.raises(ValueError, match="a corrupt or lying header"):
+        read_tensor(path, "w")
+
+
+def test_npz_member_over_the_memory_budget_names_the_variable(tmp_path, monkeypatch):
+    """A zip bomb's member is honest but huge: refused by the budget, which says how to raise it."""
+    from nmref.checkpoints import iter_tensors
+
+    path = tmp_path / "big.npz"
+    np.savez_compressed(path, w=np.zeros((512, 512)))
+    monkeypatch.setenv("NMREF_MEMORY_BUDGET_GIB", "0.0001")
+    with pytest.raises(
+        ValueError, match=r"over the 0.0001 GiB budget; set NMREF_MEMORY_BUDGET_GIB"
+    ):
+        list(iter_tensors(path))
+    monkeypatch.setenv("NMREF_MEMORY_BUDGET_GIB", "1")
+    assert next(iter_tensors(path)).array.shape == (512, 512)
