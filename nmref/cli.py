@@ -55,10 +55,13 @@ def _regex(text: str) -> re.Pattern[str]:
 def _selected(
     path: str, args: argparse.Namespace, *, need_float: bool, skipped: list[str]
 ) -> Iterator[TensorRecord]:
+    args.filtered_out = 0
     for record in iter_tensors(path):
         if args.include is not None and not args.include.search(record.name):
+            args.filtered_out += 1
             continue
         if args.exclude is not None and args.exclude.search(record.name):
+            args.filtered_out += 1
             continue
         if record.array.ndim < 2:
             skipped.append(f"{record.name} (ndim={record.array.ndim})")
@@ -67,6 +70,21 @@ def _selected(
             skipped.append(f"{record.name} (dtype={record.source_dtype})")
             continue
         yield record
+
+
+def _nothing_selected(path: str, args: argparse.Namespace, skipped: list[str], need: str) -> str:
+    """Why no tensor was processed: the name filters, or the eligibility rule."""
+    if not skipped and args.filtered_out:
+        filters = " and ".join(
+            f"--{flag} {getattr(args, flag).pattern!r}"
+            for flag in ("include", "exclude")
+            if getattr(args, flag) is not None
+        )
+        return (
+            f"no tensor of {path!r} passes {filters} ({args.filtered_out} tensor(s) "
+            "filtered out by name)"
+        )
+    return f"no eligible tensor in {path!r} (need {need})"
 
 
 def _layout(args: argparse.Namespace, ndim: int) -> str:
@@ -105,7 +123,7 @@ def run_mask(args: argparse.Namespace) -> int:
         outputs[record.name] = np.where(mask, record.array, 0) if args.apply else mask
     if not outputs:
         raise CommandError(
-            f"no eligible tensor in {args.input!r} (need ndim >= 2 and a float dtype)"
+            _nothing_selected(args.input, args, skipped, "ndim >= 2 and a float dtype")
         )
     write_tensors(args.output, outputs, inputs=(args.input,), overwrite=args.force)
     _report_skipped(skipped)
@@ -160,10 +178,21 @@ def _check_transposable(
         f"{tile_column * m}..{tile_column * m + m - 1}) keeps row counts "
         f"{row_counts[tile_row, :, tile_column].tolist()} and column counts "
         f"{column_counts[tile_row, tile_column].tolist()}, expected {rule} each "
-        f"({int(bad.sum())} violating tile(s) in this tensor)",
+        f"({int(bad.sum())} violating tile(s) in this tensor)"
+        + _relaxed_hint(args, bool((row_counts <= n).all() and (column_counts <= n).all())),
         file=sys.stderr,
     )
     return 1
+
+
+def _relaxed_hint(args: argparse.Namespace, never_over: bool) -> str:
+    """A reminder that ``--relaxed`` exists, when every violation keeps fewer than N."""
+    if args.relaxed or not never_over:
+        return ""
+    return (
+        "; every group keeps at most N (an under-filled mask, as greedy transposable "
+        "masks are): --relaxed accepts at most N kept, which the sparse hardware runs"
+    )
 
 
 def _print_optimality_gap(
@@ -226,14 +255,18 @@ def run_check(args: argparse.Namespace) -> int:
             kept = int(np.count_nonzero(entries))
             rule = f"at most {pattern.n}" if args.relaxed else f"exactly {pattern.n}"
             where = _describe_group(record.array.shape, layout, row, group, pattern.m)
+            over = nm_violations(
+                matrix, pattern.n, pattern.m, exact=False, remainder=args.remainder
+            )
             print(
                 f"INVALID: tensor {record.name!r}: {where} keeps {kept} of {pattern.m}, "
-                f"expected {rule} ({len(violations)} violating group(s) in this tensor)",
+                f"expected {rule} ({len(violations)} violating group(s) in this tensor)"
+                + _relaxed_hint(args, len(over) == 0),
                 file=sys.stderr,
             )
             return 1
     if checked == 0:
-        raise CommandError(f"no eligible tensor in {args.mask!r} (need ndim >= 2)")
+        raise CommandError(_nothing_selected(args.mask, args, skipped, "ndim >= 2"))
     _report_skipped(skipped)
     kind = "at most" if args.relaxed else "exactly"
     where = " in every row and column of every tile" if args.transposable else ""

@@ -201,3 +201,42 @@ def test_transposable_check_prints_the_optimality_gap_given_the_weights(tmp_path
         assert (gap == 0) == (method == "exact")
     assert main(["check", str(out), "--pattern", "4:8", "--weights", str(source)]) == 2
     assert "--weights needs --transposable" in capsys.readouterr().err
+
+
+def test_include_nomatch_blames_the_filter_not_the_dtypes(tmp_path: Path, capsys) -> None:
+    """Issue 20: ``--include nomatch`` said "need ndim >= 2 and a float dtype"."""
+    weights = tmp_path / "w.npz"
+    write_tensors(weights, {"w": np.ones((8, 8), dtype=np.float32)})
+    assert (
+        main(
+            [
+                "mask",
+                str(weights),
+                "--pattern",
+                "2:4",
+                "--include",
+                "nomatch",
+                "-o",
+                str(tmp_path / "m.npz"),
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "passes --include 'nomatch' (1 tensor(s) filtered out by name)" in err
+    assert not (tmp_path / "m.npz").exists()
+
+
+def test_check_on_a_greedy_transposable_mask_says_relaxed_exists(tmp_path: Path, capsys) -> None:
+    """Issue 20: ``nmref check`` on a greedy (under-filled) mask failed without naming --relaxed."""
+    from nmref.transposable import transposable_mask
+
+    scores = np.abs(np.random.default_rng(1).standard_normal((8, 8)))
+    greedy = transposable_mask(scores, 2, 4, method="greedy")
+    assert greedy.sum() < 32  # under-filled: this is the case the message is for
+    path = tmp_path / "g.npz"
+    write_tensors(path, {"w": greedy.astype(np.float32)})
+    for extra in (["--transposable"], []):
+        assert main(["check", str(path), "--pattern", "2:4", *extra]) == 1
+        assert "--relaxed accepts at most N kept" in capsys.readouterr().err
+    assert main(["check", str(path), "--pattern", "2:4", "--transposable", "--relaxed"]) == 0
