@@ -89,7 +89,7 @@ def test_check_reports_conv_groups_in_original_coordinates(tmp_path, capsys):
         (["mask", "{w}", "--pattern", "2:4", "-o", "{d}/o.bin"], "must end in one of"),
         (
             ["mask", "{w}", "--pattern", "2:4", "-o", "{d}/o.npz", "--include", "nothing"],
-            "no eligible",
+            "passes --include 'nothing'",
         ),
         (["check", "{w}", "--pattern", "2:4", "--include", "("], "invalid regular expression"),
     ],
