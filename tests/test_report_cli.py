@@ -322,3 +322,22 @@ def test_a_marginal_slowdown_is_not_shown_as_no_change(capsys):
     footer = next(line for line in text.splitlines() if "model total" in line)
     assert "0.9999x" in footer and "1.00x" not in footer
     assert "estimated GEMM time 1.0001x slower" in text
+
+
+def test_raw_escape_bytes_in_tensor_names_never_reach_the_terminal(tmp_path, capsys) -> None:
+    """Issue 20: raw escape bytes in tensor names reached the terminal in ``nmsim report``."""
+    import numpy as np
+
+    from nmref.checkpoints import write_tensors
+    from nmsim.cli import main as nmsim_main
+
+    path = tmp_path / "evil.safetensors"
+    write_tensors(
+        path,
+        {"a\x1b[2J\x07b": np.ones((8, 8), np.float32), "[red]c": np.ones((4,), np.float32)},
+    )
+    assert nmsim_main(["report", str(path), "--pattern", "2:4"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b[2J" not in out and "\x07" not in out
+    assert "a\\x1b[2J\\x07b" in out.replace("\n", "")  # shown escaped
+    assert "[red]c" in out  # rich markup in a name is printed, not interpreted

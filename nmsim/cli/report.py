@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nmsim.cli.tables import format_ratio
+from nmsim.cli.tables import format_ratio, printable
 
 __all__ = ["add_parser", "format_ratio", "interval_cell", "render_table", "run"]
 
@@ -181,6 +181,7 @@ SHORT_TITLES = {"1d": "1-D", "transposable": "T-exact", "greedy": "T-greedy", "b
 def render_table(report: dict[str, Any], console: Any) -> None:
     """Print the report as a rich table (analysed and failed tensors), totals and notes."""
     from rich.table import Table
+    from rich.text import Text
 
     settings = report["settings"]
     checkpoint = report["checkpoint"]
@@ -230,11 +231,17 @@ def render_table(report: dict[str, Any], console: Any) -> None:
     for entry in report["tensors"]:
         shape = "x".join(str(s) for s in entry["shape"])
         if entry["status"] == "skipped":
-            skipped.setdefault(entry["reason"], []).append(entry["name"])
+            skipped.setdefault(entry["reason"], []).append(printable(entry["name"]))
             continue
         if entry["status"] == "error":
             blanks = [""] * (len(methods) + len(speedup_groups) + 3 + int(time_on))
-            table.add_row(entry["name"], shape, *blanks, entry["reason"], style="red")
+            table.add_row(
+                Text(printable(entry["name"])),
+                shape,
+                *blanks,
+                Text(printable(entry["reason"])),
+                style="red",
+            )
             continue
         align = entry["alignment"]
         fits = "1-D+tiles" if align["tiles_fit"] else "1-D" if align["groups_fit"] else "none"
@@ -248,7 +255,15 @@ def render_table(report: dict[str, Any], console: Any) -> None:
             cells.append(_speedup(entry["time"], applied[0]) if applied else "-")
         if time_on:
             cells.append(interval_cell(entry["time"] and entry["time"].get("forward_speedup")))
-        table.add_row(entry["name"], shape, entry["layout"], fits, kernel, *cells, *[""] * failed)
+        table.add_row(
+            Text(printable(entry["name"])),
+            shape,
+            entry["layout"],
+            fits,
+            kernel,
+            *cells,
+            *[""] * failed,
+        )
     description = checkpoint.get("description", "")
     metadata = checkpoint.get("metadata") or {}
     if "test_accuracy" in metadata:

@@ -12,7 +12,23 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["format_ratio", "format_value", "print_json", "print_table"]
+__all__ = ["format_ratio", "format_value", "print_json", "print_table", "printable"]
+
+
+def printable(text: str) -> str:
+    """``text`` with control and format characters written as escapes (``\\x1b``).
+
+    Tensor names come from files: an escape byte in one must not reach the terminal
+    (it could recolour or rewrite the output); printable Unicode is kept as is.
+    """
+    import unicodedata
+
+    return "".join(
+        character
+        if unicodedata.category(character)[0] != "C"
+        else character.encode("unicode_escape").decode("ascii")
+        for character in text
+    )
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
