@@ -380,5 +380,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except (CommandError, ValueError, TypeError, OSError, ImportError) as error:
-        print(f"nmref: error: {error}", file=sys.stderr)
+        from nmref._cli_messages import in_flag_words
+
+        print(f"nmref: error: {in_flag_words(str(error), parser)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("nmref: interrupted", file=sys.stderr)
+        return 130

@@ -240,3 +240,25 @@ def test_check_on_a_greedy_transposable_mask_says_relaxed_exists(tmp_path: Path,
         assert main(["check", str(path), "--pattern", "2:4", *extra]) == 1
         assert "--relaxed accepts at most N kept" in capsys.readouterr().err
     assert main(["check", str(path), "--pattern", "2:4", "--transposable", "--relaxed"]) == 0
+
+
+def test_cli_errors_speak_flags_not_python_arguments(tmp_path: Path, capsys) -> None:
+    """Issue 20: CLI errors said ``remainder='pad'`` instead of ``--remainder pad``."""
+    weights = tmp_path / "odd.npz"
+    write_tensors(weights, {"w": np.ones((8, 6), dtype=np.float32)})
+    assert main(["mask", str(weights), "--pattern", "2:4", "-o", str(tmp_path / "o.npz")]) == 2
+    err = capsys.readouterr().err
+    assert "--remainder pad" in err and "remainder='pad'" not in err
+    assert "m=4" in err  # not a flag: left as it is
+
+
+def test_nmsim_errors_speak_flags_too(capsys) -> None:
+    from nmsim.cli import main as nmsim_main
+
+    assert (
+        nmsim_main(["gemm", "--gpu", "a100", "-m", "64", "-n", "64", "-k", "64", "--sparse", "4:8"])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "--incompatible dense" in err and "incompatible='dense'" not in err
+    assert "--sparse 4:8" in err

@@ -51,5 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except (ValueError, TypeError, OSError, KeyError) as error:
-        print(f"nmsim: error: {error}", file=sys.stderr)
+        from nmref._cli_messages import in_flag_words
+
+        print(f"nmsim: error: {in_flag_words(str(error), parser)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("nmsim: interrupted", file=sys.stderr)
+        return 130
