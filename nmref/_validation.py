@@ -128,9 +128,37 @@ def refuse_masked(values: object, name: str) -> None:
         )
 
 
+def refuse_torch_surprises(values: object, name: str) -> None:
+    """``TypeError`` for torch tensors NumPy cannot take as they are, naming the fix.
+
+    nmref never imports torch; a CPU tensor converts through ``np.asarray``, but one that
+    requires grad, lives on another device (``cuda``, ``meta``) or is bfloat16 would fail
+    inside torch with torch's own words.
+    """
+    if not type(values).__module__.startswith("torch"):
+        return
+    if getattr(values, "requires_grad", False):
+        raise TypeError(
+            f"{name} is a torch tensor that requires grad: pass {name}.detach() (nmref "
+            "computes masks, not gradients; nmsim.torch has the autograd path)"
+        )
+    device = getattr(values, "device", None)
+    if device is not None and getattr(device, "type", "cpu") != "cpu":
+        raise TypeError(
+            f"{name} is a torch tensor on device {device.type!r}: nmref works on host "
+            f"arrays; pass {name}.cpu(), or use nmsim.torch on the device"
+        )
+    if str(getattr(values, "dtype", "")) == "torch.bfloat16":
+        raise TypeError(
+            f"{name} is a bfloat16 torch tensor, which NumPy has no dtype for: pass "
+            f"{name}.float() (exact), or use nmsim.torch"
+        )
+
+
 def as_scores(scores: ArrayLike, name: str = "scores") -> NDArray:
     """``scores`` as an ndarray of a dtype the rules allow (C5), without lossy casts."""
     refuse_masked(scores, name)
+    refuse_torch_surprises(scores, name)
     array = np.asarray(scores)
     kind = array.dtype.kind
     if kind not in "biuf" or (kind == "f" and array.dtype.itemsize > 8):
@@ -149,6 +177,7 @@ def check_float_dtype(array: NDArray, name: str) -> None:
 def as_float_array(values: ArrayLike, name: str, why: str | None = None) -> NDArray[np.floating]:
     """``values`` as a float16/32/64 ndarray without NaN (:func:`check_no_nan`)."""
     refuse_masked(values, name)
+    refuse_torch_surprises(values, name)
     array = np.asarray(values)
     check_float_dtype(array, name)
     check_no_nan(array, name, why)

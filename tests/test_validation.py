@@ -109,3 +109,25 @@ def test_masked_arrays_are_refused_not_silently_unmasked():
     ):
         with pytest.raises(TypeError, match=r"(scores|weights) is a numpy masked array; its mask"):
             call()
+
+
+def test_torch_inputs_to_nmref_get_nmref_errors_not_torch_errors():
+    """Issue 20: torch inputs to nmref passed torch's own errors through (requires_grad,
+    bf16, meta)."""
+    import numpy as np
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    from nmref import magnitude_mask, nm_mask
+
+    grad = torch.ones(4, 8, requires_grad=True)
+    with pytest.raises(TypeError, match=r"scores is a torch tensor that requires grad: pass"):
+        nm_mask(grad, 2, 4)
+    with pytest.raises(TypeError, match=r"bfloat16 torch tensor, which NumPy has no dtype"):
+        nm_mask(torch.ones(4, 8, dtype=torch.bfloat16), 2, 4)
+    with pytest.raises(TypeError, match=r"torch tensor on device 'meta'"):
+        magnitude_mask(torch.ones(4, 8, device="meta"), 2, 4)
+    # a plain CPU tensor is an array-like like any other
+    assert np.array_equal(
+        nm_mask(torch.arange(8.0).reshape(1, 8), 2, 4), nm_mask(np.arange(8.0).reshape(1, 8), 2, 4)
+    )
