@@ -142,3 +142,31 @@ def test_a_small_call_compiles_no_kernel():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_numba_disable_jit_exact_and_brute_2_4_and_1_4_on_float32_float16_bool():
+    """Issue 20: ``NUMBA_DISABLE_JIT=1`` broke every exact/brute 2:4 and 1:4 call on
+    float32/float16/bool input (``Expected an int as second argument to ldexp``)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np, warnings\n"
+        "warnings.simplefilter('ignore')\n"
+        "from nmref.transposable import transposable_mask\n"
+        "from nmref.transposable._small import kernels_only\n"
+        "s = np.abs(np.random.default_rng(0).standard_normal((8, 8))).astype(np.float32)\n"
+        "for method in ('exact', 'brute'):\n"
+        "    for n in (2, 1):\n"
+        "        for dtype in (np.float32, np.float16, bool):\n"
+        "            with kernels_only():\n"
+        "                mask = transposable_mask(s.astype(dtype), n, 4, method=method)\n"
+        "            assert mask.sum() == 8 * 2 * n\n"
+        "print('ok')\n"
+    )
+    env = {**__import__("os").environ, "NUMBA_DISABLE_JIT": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "ok"

@@ -435,7 +435,9 @@ def enumerate_float32_tiles(
                 exponent = low_field - 150
                 status[t] = SOLVED
                 exponents[t] = exponent
-                kept_units[t] = np.int64(math.ldexp(best_sum[b], -exponent))
+                # int(): under NUMBA_DISABLE_JIT the fields are NumPy ints, which
+                # math.ldexp refuses.
+                kept_units[t] = np.int64(math.ldexp(best_sum[b], -int(exponent)))
             if m == 4:
                 for i in range(4):
                     mask_words[r0 + i, c0 // 4] = choice_words[patterns[p, i]]
