@@ -379,7 +379,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args))
-    except (CommandError, ValueError, TypeError, OSError, ImportError) as error:
+    except ImportError as error:
+        # an optional dependency the command needs is missing: the environment, not the input
+        print(f"nmref: error: {error}", file=sys.stderr)
+        return 3
+    except (CommandError, ValueError, TypeError, OSError) as error:
         from nmref._cli_messages import in_flag_words
 
         print(f"nmref: error: {in_flag_words(str(error), parser)}", file=sys.stderr)

@@ -278,7 +278,8 @@ def test_minilm_name_without_the_package_says_how_to_install(capsys, monkeypatch
 def test_missing_matplotlib_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import raises ImportError
     status, _, err = run(capsys, "--methods", "1d", "--out", str(tmp_path / "o"))
-    assert status == 2 and err.count("\n") == 1 and "needs matplotlib" in err
+    # exit 3: the environment lacks matplotlib (specs/errors.md), one line
+    assert status == 3 and err.count("\n") == 1 and "needs matplotlib" in err
 
 
 @pytest.mark.parametrize(

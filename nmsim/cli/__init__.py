@@ -50,6 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args))
+    except ImportError as error:
+        # an optional dependency the command needs is missing: the environment, not the input
+        print(f"nmsim: error: {error}", file=sys.stderr)
+        return 3
     except (ValueError, TypeError, OSError, KeyError) as error:
         from nmref._cli_messages import in_flag_words
 

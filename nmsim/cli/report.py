@@ -394,7 +394,7 @@ def run(args: argparse.Namespace) -> int:
 
         from nmsim.report.build import ReportSettings, build_report
     except ImportError as error:
-        raise ValueError(
+        raise ImportError(
             f"nmsim report needs the 'report' extra ({error.name} is missing): "
             "pip install 'nm-sparsity-ref[report]'"
         ) from error
@@ -427,8 +427,8 @@ def run(args: argparse.Namespace) -> int:
     bar, callbacks = _progress(errors, args.quiet)
     try:
         report = build_report(args.checkpoint, settings, workers=args.workers, progress=callbacks)
-    except ImportError as error:
-        raise ValueError(f"{error}") from error
+    except ImportError:
+        raise  # exit 3: the environment lacks a module the analysis needs
     except KeyboardInterrupt:
         bar.stop()
         print("nmsim: interrupted", file=sys.stderr)
@@ -443,7 +443,7 @@ def run(args: argparse.Namespace) -> int:
                 report, args.out, _heatmap_weight(report, args.checkpoint), force=args.force
             )
         except ImportError as error:
-            raise ValueError(
+            raise ImportError(
                 f"--out needs matplotlib ({error.name} is missing): "
                 "pip install 'nm-sparsity-ref[report]'"
             ) from error
