@@ -53,3 +53,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError, OSError, KeyError) as error:
         print(f"nmsim: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("nmsim: interrupted", file=sys.stderr)
+        return 130
