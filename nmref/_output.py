@@ -77,7 +77,7 @@ def _refuse_unsafe_target(target: Path, inputs: Sequence[PathLike], force: bool,
         for source in inputs:
             try:
                 source_stat = os.stat(source)
-            except OSError:
+            except (OSError, TypeError, ValueError):  # missing, or not a path at all
                 continue
             if (source_stat.st_dev, source_stat.st_ino) == (target_stat.st_dev, target_stat.st_ino):
                 raise ValueError(
@@ -110,7 +110,7 @@ def _create_beside(target: Path, name: str) -> tuple[str, int]:
         except FileExistsError:
             continue
         except OSError as error:
-            raise OSError(
+            raise _os_error(
                 error.errno, f"{name}: cannot create a file in its folder: {error.strerror}"
             ) from None
         try:
@@ -118,7 +118,7 @@ def _create_beside(target: Path, name: str) -> tuple[str, int]:
         finally:
             os.close(descriptor)
         return str(candidate), mode
-    raise OSError(errno.EEXIST, f"{name}: no free temporary name in its folder")
+    raise _os_error(errno.EEXIST, f"{name}: no free temporary name in its folder")
 
 
 def _fsync_file(path: str) -> None:
@@ -194,10 +194,17 @@ def _signals_end_the_write() -> Iterator[None]:
             signal.signal(number, previous)  # type: ignore[arg-type]
 
 
+def _os_error(number: int | None, message: str) -> OSError:
+    """An ``OSError`` whose text is ``message`` alone (no ``[Errno n]`` prefix)."""
+    error = OSError(message)
+    error.errno = number
+    return error
+
+
 def _one_line(error: OSError, temporary: str, target: Path, name: str) -> OSError:
     text = error.strerror or str(error)
     text = text.replace(temporary, str(target))
-    return OSError(error.errno, f"{name}: cannot write: {text}")
+    return _os_error(error.errno, f"{name}: cannot write: {text}")
 
 
 def check_output(

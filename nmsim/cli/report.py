@@ -429,7 +429,7 @@ def run(args: argparse.Namespace) -> int:
                 args.out,
                 _heatmap_weight(report, args.checkpoint),
                 force=args.force,
-                inputs=(args.checkpoint,),
+                inputs=(args.checkpoint,) if args.checkpoint else (),
             )
         except ImportError as error:
             raise ValueError(
