@@ -137,6 +137,11 @@ def _load(path: Path, what: str) -> Any:
         raise ValueError(f"{str(path)!r} does not exist")
     if path.stat().st_size == 0:
         raise ValueError(f"{str(path)!r} is empty; {what}")
+    with open(path, "rb") as handle:
+        magic = handle.read(4)
+    # np.load leaves its file open when a zip archive is broken: look first.
+    if magic == b"PK\x03\x04" and not zipfile.is_zipfile(path):
+        raise ValueError(f"{str(path)!r}: cannot read it: a truncated or broken .npz (zip) archive")
     try:
         return np.load(path, allow_pickle=False)
     except (EOFError, OSError, ValueError, zipfile.BadZipFile, UnicodeDecodeError) as error:
