@@ -24,8 +24,6 @@ import contextlib
 import json
 import os
 import pickle
-import secrets
-import stat
 import struct
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -34,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
+
+from nmref._output import output_file, write_output
 
 __all__ = [
     "FORMATS",
@@ -467,39 +467,6 @@ def read_tensor(path: str | os.PathLike[str], name: str) -> TensorRecord:
         raise _missing(path, name)
 
 
-def _same_file(first: Path, second: Path) -> bool:
-    if first.exists() and second.exists():
-        return first.samefile(second)
-    return first.resolve() == second.resolve()
-
-
-def _create_beside(path: Path) -> tuple[str, int]:
-    """Create a new empty file with a fresh name next to ``path``: its name and mode.
-
-    Created with mode 0666 through ``os.open``, so the kernel applies the process
-    umask (and any default ACL of the folder) exactly as for a plain ``open()``,
-    and the resulting mode is read back with ``stat``. This is why the file is not
-    made by ``tempfile.mkstemp``: that one is always private (0600), and knowing
-    what to widen it to needs the umask, which Python can only read by setting it
-    (``os.umask``): a process-wide change that races with files other threads
-    create meanwhile (one of them could be created world-writable).
-    """
-    directory = path.parent if str(path.parent) else Path(".")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    for _ in range(100):
-        candidate = directory / f".{path.name}.{secrets.token_hex(6)}{path.suffix}"
-        try:
-            descriptor = os.open(candidate, flags, 0o666)
-        except FileExistsError:
-            continue
-        try:
-            mode = stat.S_IMODE(os.fstat(descriptor).st_mode)
-        finally:
-            os.close(descriptor)
-        return str(candidate), mode
-    raise FileExistsError(f"no free temporary name beside {str(path)!r}")
-
-
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike[str]) -> Iterator[str]:
     """Yield a temporary path beside ``path``; on success rename it onto ``path``.
@@ -508,19 +475,12 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[str]:
     untouched and no temporary file behind. The file gets the mode a plain
     ``open()`` would give it, without touching the process umask (safe to call
     from several threads). Write to the yielded path by opening it again (it
-    exists and is empty).
+    exists and is empty). This replaces an existing ``path``; commands use
+    :func:`nmref._output.output_file`, which also refuses to clobber, symbolic
+    links and inputs.
     """
-    path = Path(path)
-    temporary, mode = _create_beside(path)
-    try:
+    with output_file(path, force=True, flag="") as temporary:
         yield temporary
-        # Some writers replace the file rather than reopen it (safetensors makes its
-        # own, private one): give the result the mode the kernel chose above.
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def write_tensors(
@@ -529,6 +489,7 @@ def write_tensors(
     *,
     inputs: tuple[str | os.PathLike[str], ...] = (),
     overwrite: bool = False,
+    flag: str = "",
 ) -> Path:
     """Write tensors atomically to a ``.npy``, ``.npz`` or ``.safetensors`` file.
 
@@ -542,40 +503,58 @@ def write_tensors(
         Files the tensors were read from; writing over any of them is refused.
     overwrite : bool, default False
         Replace an existing destination (never an input).
+    flag : str, default ""
+        How messages name the destination (the command-line flag, e.g. ``"-o"``);
+        by default ``output='...'``.
 
     Returns
     -------
     Path
-        The destination.
+        The destination, the file written.
 
     Raises
     ------
     ValueError
-        If the destination is an input, exists and ``overwrite`` is false, has an
-        unknown extension, or is ``.npy`` with other than one tensor.
+        If the destination is an input, a symbolic link or a folder, exists and
+        ``overwrite`` is false (also when another writer creates it meanwhile),
+        has an unknown extension, or is ``.npy`` with other than one tensor.
+    OSError
+        If the system fails while writing (e.g. a full disk); nothing is left behind.
+
+    Notes
+    -----
+    Written through :func:`nmref._output.write_output`: a hidden temporary file in
+    the destination's folder, fsynced, then linked (no clobbering) or renamed
+    (``overwrite``) onto the destination.
     """
     path = Path(path)
     suffix = _suffix(path, "output")
-    for source in inputs:
-        if _same_file(path, Path(source)):
-            raise ValueError(f"output={str(path)!r} is an input file; refusing to overwrite it")
-    if path.exists() and not overwrite:
-        raise ValueError(f"output={str(path)!r} exists; pass --force to replace it")
+    name = f"{flag} {str(path)!r}" if flag else f"output={str(path)!r}"
     if suffix == ".npy" and len(tensors) != 1:
         raise ValueError(
-            f"output={str(path)!r} is .npy, which holds one tensor, but there are "
+            f"{name} is .npy, which holds one tensor, but there are "
             f"{len(tensors)}; use .npz or .safetensors"
         )
-    with atomic_output(path) as temporary:
+
+    def write(temporary: str) -> None:
         if suffix == ".npy":
             (array,) = tensors.values()
             with open(temporary, "wb") as handle:
                 np.save(handle, np.asarray(array), allow_pickle=False)
         elif suffix == ".npz":
             with open(temporary, "wb") as handle:
-                np.savez(handle, **{name: np.asarray(a) for name, a in tensors.items()})
+                np.savez(handle, **{key: np.asarray(a) for key, a in tensors.items()})
         else:
             from safetensors.numpy import save_file
 
-            save_file({name: np.ascontiguousarray(a) for name, a in tensors.items()}, temporary)
-    return path
+            arrays = {key: np.ascontiguousarray(a) for key, a in tensors.items()}
+            try:
+                save_file(arrays, temporary)
+            except (ValueError, TypeError, OSError):
+                raise
+            except Exception as error:  # safetensors' own error type, e.g. on a full disk
+                raise OSError(f"{error}") from error
+
+    return write_output(
+        path, write, force=overwrite, inputs=inputs, flag=flag if flag else "output="
+    )

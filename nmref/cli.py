@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nmref._output import check_output
 from nmref.checkpoints import TensorRecord, iter_tensors, write_tensors
 from nmref.layouts import LAYOUTS, default_layout, to_reduction_matrix
 from nmref.masks import magnitude_mask, nm_violations
@@ -101,6 +102,8 @@ def _report_skipped(skipped: list[str]) -> None:
 def run_mask(args: argparse.Namespace) -> int:
     """``nmref mask``: compute masks of every eligible tensor and write them atomically."""
     pattern: Pattern = args.pattern
+    # Fail before the work when the output cannot be written (checked again on writing).
+    check_output(args.output, force=args.force, inputs=(args.input,), flag="-o")
     skipped: list[str] = []
     outputs: dict[str, np.ndarray] = {}
     for record in _selected(args.input, args, need_float=True, skipped=skipped):
@@ -125,10 +128,12 @@ def run_mask(args: argparse.Namespace) -> int:
         raise CommandError(
             _nothing_selected(args.input, args, skipped, "ndim >= 2 and a float dtype")
         )
-    write_tensors(args.output, outputs, inputs=(args.input,), overwrite=args.force)
+    written = write_tensors(
+        args.output, outputs, inputs=(args.input,), overwrite=args.force, flag="-o"
+    )
     _report_skipped(skipped)
     what = "masked weights" if args.apply else "masks"
-    print(f"wrote {what} of {len(outputs)} tensor(s), pattern {pattern}, to {args.output}")
+    print(f"wrote {what} of {len(outputs)} tensor(s), pattern {pattern}, to {written}")
     return 0
 
 

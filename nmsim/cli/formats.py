@@ -8,6 +8,7 @@ groups. File format: ``specs/formats.md``, section 12.
 from __future__ import annotations
 
 import argparse
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,10 @@ def add_parser(subparsers: Any) -> None:
     )
     compress.add_argument("input", type=Path, help="2-D .npy array, already pruned to 2:4")
     compress.add_argument("--dtype", required=True, choices=DTYPE_KINDS, help="element type")
-    compress.add_argument("-o", "--output", type=Path, required=True, help="output .npz")
+    compress.add_argument(
+        "-o", "--output", type=Path, required=True, help="output file, must end in .npz"
+    )
+    compress.add_argument("--force", action="store_true", help="replace an existing output")
     compress.add_argument("--layout", choices=METADATA_LAYOUTS, default="cutlass_sm80")
     compress.add_argument(
         "--overfull",
@@ -116,10 +120,65 @@ def convert_for_kind(array: np.ndarray, kind: str) -> tuple[np.ndarray, str]:
     )
 
 
+def _read_error(path: Path, error: BaseException) -> ValueError:
+    text = str(error).strip() or type(error).__name__
+    if isinstance(error, EOFError):
+        text = "the file is empty or truncated"
+    elif isinstance(error, OSError) and error.strerror:
+        text = error.strerror.lower()
+    return ValueError(f"{str(path)!r}: cannot read it: {text}")
+
+
+def _load(path: Path, what: str) -> Any:
+    """``np.load`` without pickles; every failure is one ``ValueError`` line naming ``path``."""
+    if path.is_dir():
+        raise ValueError(f"{str(path)!r} is a folder; {what}")
+    if not path.exists():
+        raise ValueError(f"{str(path)!r} does not exist")
+    if path.stat().st_size == 0:
+        raise ValueError(f"{str(path)!r} is empty; {what}")
+    with open(path, "rb") as handle:
+        magic = handle.read(4)
+    # np.load leaves its file open when a zip archive is broken: look first.
+    if magic == b"PK\x03\x04" and not zipfile.is_zipfile(path):
+        raise ValueError(f"{str(path)!r}: cannot read it: a truncated or broken .npz (zip) archive")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (EOFError, OSError, ValueError, zipfile.BadZipFile, UnicodeDecodeError) as error:
+        raise _read_error(path, error) from None
+
+
+def load_matrix(path: Path) -> np.ndarray:
+    """Read the 2-D ``.npy`` matrix ``nmsim compress`` takes; refuse anything else in one line."""
+    loaded = _load(path, "compress needs a 2-D .npy array")
+    if isinstance(loaded, np.lib.npyio.NpzFile):
+        with loaded:
+            names = list(loaded.files)
+        if {"values", "metadata", "format"} <= set(names):
+            raise ValueError(
+                f"{str(path)!r} is already a compressed file (nmsim compress output); "
+                "read it with nmsim inspect"
+            )
+        raise ValueError(
+            f"{str(path)!r} is an .npz archive ({len(names)} array(s)); compress needs one "
+            "2-D .npy array (save the matrix with numpy.save)"
+        )
+    if not isinstance(loaded, np.ndarray):
+        raise ValueError(f"{str(path)!r} does not hold a numpy array")
+    return loaded
+
+
 def run_compress(args: argparse.Namespace) -> int:
+    from nmref._output import check_output, write_output
     from nmsim.formats.sparse_2to4 import compress_2to4
 
-    array = np.load(args.input, allow_pickle=False)
+    if args.output.suffix.lower() != ".npz":
+        raise ValueError(
+            f"-o {str(args.output)!r} must end in .npz (nmsim compress writes an .npz archive)"
+        )
+    # Fail before the work when the output cannot be written (checked again on writing).
+    check_output(args.output, force=args.force, inputs=(args.input,), flag="-o")
+    array = load_matrix(args.input)
     if array.ndim != 2:
         raise ValueError(
             f"{args.input} holds shape {array.shape}; compress needs a 2-D (rows, reduction) "
@@ -129,21 +188,27 @@ def run_compress(args: argparse.Namespace) -> int:
     values, metadata = compress_2to4(
         dense, dtype_kind=args.dtype, layout=args.layout, overfull=args.overfull
     )
-    np.savez(
-        args.output,
-        values=values,
-        metadata=metadata,
-        dtype_kind=np.array(args.dtype),
-        layout=np.array(args.layout),
-        shape=np.array(dense.shape, dtype=np.int64),
-        format=np.array(FILE_FORMAT),
-    )
+
+    def write(temporary: str) -> None:
+        # Through a handle: np.savez given a name without .npz would append one.
+        with open(temporary, "wb") as handle:
+            np.savez(
+                handle,
+                values=values,
+                metadata=metadata,
+                dtype_kind=np.array(args.dtype),
+                layout=np.array(args.layout),
+                shape=np.array(dense.shape, dtype=np.int64),
+                format=np.array(FILE_FORMAT),
+            )
+
+    written = write_output(args.output, write, force=args.force, inputs=(args.input,), flag="-o")
     print(f"{args.input}: {dense.shape[0]} x {dense.shape[1]} {args.dtype} ({note})")
     print(
         f"values {values.shape} {values.dtype}, metadata {metadata.shape} {metadata.dtype} "
         f"[{args.layout}]: {values.nbytes + metadata.nbytes} bytes vs {dense.nbytes} dense"
     )
-    print(f"wrote {args.output}")
+    print(f"wrote {written}")
     return 0
 
 
@@ -154,21 +219,32 @@ def run_compress(args: argparse.Namespace) -> int:
 
 def load_compressed(path: Path) -> dict[str, Any]:
     """Read and check a file written by ``nmsim compress``."""
-    with np.load(path, allow_pickle=False) as data:
+    path = Path(path)
+    archive = _load(path, "inspect reads an .npz written by nmsim compress")
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise ValueError(
+            f"{str(path)!r} is a .npy array, not an .npz written by nmsim compress "
+            "(compress it first: nmsim compress FILE --dtype KIND -o OUT.npz)"
+        )
+    with archive as data:
         missing = {"values", "metadata", "dtype_kind", "layout", "shape", "format"} - set(
             data.files
         )
         if missing:
             raise ValueError(f"{path} is not an nmsim compressed file: missing {sorted(missing)}")
-        if str(data["format"]) != FILE_FORMAT:
-            raise ValueError(f"{path} has format {str(data['format'])!r}, expected {FILE_FORMAT!r}")
-        loaded = {
-            "values": data["values"],
-            "metadata": data["metadata"],
-            "dtype_kind": str(data["dtype_kind"]),
-            "layout": str(data["layout"]),
-            "shape": tuple(int(s) for s in data["shape"]),
-        }
+        try:
+            file_format = str(data["format"])
+            if file_format != FILE_FORMAT:
+                raise ValueError(f"{path} has format {file_format!r}, expected {FILE_FORMAT!r}")
+            loaded = {
+                "values": data["values"],
+                "metadata": data["metadata"],
+                "dtype_kind": str(data["dtype_kind"]),
+                "layout": str(data["layout"]),
+                "shape": tuple(int(s) for s in data["shape"]),
+            }
+        except (EOFError, OSError, zipfile.BadZipFile, UnicodeDecodeError) as error:
+            raise _read_error(path, error) from None
     _check_consistent(path, loaded)
     return loaded
 

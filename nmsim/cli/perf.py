@@ -432,11 +432,21 @@ def _run_calibrate(args: argparse.Namespace) -> int:
 
     report = calibrate(rows, cross_validation=not args.no_cv, progress=progress, fold=args.fold)
     if args.write:
+        from nmref._output import write_output
+
         data = Path(__file__).resolve().parent.parent / "data"
-        (data / "gemm_parameters.toml").write_text(parameters_toml(report.table), "utf-8")
-        (data / "gemm_intervals.toml").write_text(
-            intervals_toml(report.intervals, report.table.provenance), "utf-8"
-        )
+        texts = {
+            "gemm_parameters.toml": parameters_toml(report.table),
+            "gemm_intervals.toml": intervals_toml(report.intervals, report.table.provenance),
+        }
+        for name, text in texts.items():
+            # Complete or untouched: a half-written table would break every later import.
+            write_output(
+                data / name,
+                lambda temporary, text=text: Path(temporary).write_bytes(text.encode("utf-8")),
+                force=True,
+                flag="--write file",
+            )
     if args.json:
         print_json(report.as_dict())
         return 0

@@ -440,7 +440,11 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             written = write_outputs(
-                report, args.out, _heatmap_weight(report, args.checkpoint), force=args.force
+                report,
+                args.out,
+                _heatmap_weight(report, args.checkpoint),
+                force=args.force,
+                inputs=(args.checkpoint,) if args.checkpoint else (),
             )
         except ImportError as error:
             raise ImportError(

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from nmref.checkpoints import atomic_output
+from nmref._output import write_output
 from nmref.layouts import to_reduction_matrix
 from nmref.masks import magnitude_mask
 from nmref.patterns import parse_pattern
@@ -89,9 +89,12 @@ def planned_files(report: dict[str, Any], directory: Path) -> list[Path]:
     return [directory / name for name in names]
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    with atomic_output(path) as temporary, open(temporary, "wb") as handle:
-        handle.write(data)
+def _atomic_write(path: Path, data: bytes, *, force: bool, inputs: tuple[Any, ...]) -> Path:
+    def write(temporary: str) -> None:
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+
+    return write_output(path, write, force=force, inputs=inputs, flag="--out file")
 
 
 def _pyplot() -> Any:
@@ -207,13 +210,19 @@ def write_outputs(
     heatmap_weight: dict[str, np.ndarray],
     *,
     force: bool = False,
+    inputs: tuple[str | os.PathLike[str], ...] = (),
 ) -> list[Path]:
     """Write the JSON, CSV and plots into ``directory`` (created if missing).
+
+    Each file goes through :func:`nmref._output.write_output`: complete or absent,
+    never through a symbolic link, never over one of ``inputs``, and without
+    ``force`` never over an existing file (even one created meanwhile).
 
     Raises
     ------
     ValueError
-        If any file exists and ``force`` is false, or ``directory`` is a file.
+        If any file exists and ``force`` is false, is a symbolic link or an input,
+        or ``directory`` is a file.
     """
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
@@ -239,6 +248,4 @@ def write_outputs(
     }
     if report["totals"]["time"] is not None:
         contents[SPEEDUP_PLOT] = _speedup_plot(report)
-    for path in paths:
-        _atomic_write(path, contents[path.name])
-    return paths
+    return [_atomic_write(path, contents[path.name], force=force, inputs=inputs) for path in paths]
