@@ -11,6 +11,7 @@ strides, order, read-only-ness and list-ness never change an answer), or raise
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -20,6 +21,9 @@ from hypothesis import strategies as st
 
 import nmref
 from nmref.transposable import is_transposable
+
+#: Examples per test: a fixed budget in CI, more with NMREF_FUZZ_EXAMPLES (the long lane).
+EXAMPLES = int(os.environ.get("NMREF_FUZZ_EXAMPLES", "100"))
 
 SPECIAL = [0.0, -0.0, 1.0, -1.0, 2.5, 5e-324, 1e-310, 1e308, -1e308, np.inf, -np.inf, np.nan]
 
@@ -129,7 +133,7 @@ MASK_FUNCTIONS = [nmref.nm_mask, nmref.nm_mask_reference, nmref.magnitude_mask]
 
 
 @pytest.mark.parametrize("function", MASK_FUNCTIONS, ids=lambda f: f.__name__)
-@settings(max_examples=400)
+@settings(max_examples=EXAMPLES)
 @given(data=st.data())
 def test_one_dimensional_masks_answer_validly_or_name_the_argument(
     function: Callable, data: st.DataObject
@@ -147,7 +151,7 @@ def test_one_dimensional_masks_answer_validly_or_name_the_argument(
 
 
 @pytest.mark.parametrize("method", ["exact", "greedy", "brute"])
-@settings(max_examples=300)
+@settings(max_examples=EXAMPLES)
 @given(data=st.data())
 def test_transposable_masks_answer_validly_or_name_the_argument(
     method: str, data: st.DataObject
@@ -163,7 +167,7 @@ def test_transposable_masks_answer_validly_or_name_the_argument(
         assert is_transposable(result, n, m, exact=method != "greedy")
 
 
-@settings(max_examples=300)
+@settings(max_examples=EXAMPLES)
 @given(
     n=st.one_of(st.integers(-2, 10), st.sampled_from([2.5, True, "2", None, np.int8(2)])),
     m=st.one_of(st.integers(-2, 10), st.sampled_from([4.0, False, "4", None, 2**70])),
@@ -175,7 +179,7 @@ def test_patterns_are_checked_or_the_argument_is_named(n: object, m: object) -> 
         assert isinstance(n, (int, np.integer)) and not isinstance(n, bool)
 
 
-@settings(max_examples=300)
+@settings(max_examples=EXAMPLES)
 @given(text=st.one_of(st.text(max_size=8), st.sampled_from(["2:4", " 2:4 ", "4:2", "2:0", "a:b"])))
 def test_pattern_strings_parse_or_say_why(text: str) -> None:
     try:
