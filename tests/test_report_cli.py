@@ -342,3 +342,19 @@ def test_raw_escape_bytes_in_tensor_names_never_reach_the_terminal(tmp_path, cap
     assert "\x1b[2J" not in out and "\x07" not in out
     assert "a\\x1b[2J\\x07b" in out.replace("\n", "")  # shown escaped
     assert "[red]c" in out  # rich markup in a name is printed, not interpreted
+
+
+def test_non_utf8_checkpoint_name_does_not_break_report_out(tmp_path, capsys) -> None:
+    """Issue 20: a non-UTF-8 checkpoint name broke ``nmsim report --out`` inside matplotlib."""
+    import os
+
+    import numpy as np
+
+    from nmref.checkpoints import write_tensors
+    from nmsim.cli import main as nmsim_main
+
+    path = tmp_path / os.fsdecode(b"w\xff\xfe.safetensors")
+    write_tensors(path, {"w": np.ones((8, 8), np.float32)})
+    status = nmsim_main(["report", str(path), "--methods", "1d", "--out", str(tmp_path / "o")])
+    assert status == 0, capsys.readouterr().err
+    assert (tmp_path / "o" / "report.json").exists()

@@ -188,7 +188,9 @@ def render_table(report: dict[str, Any], console: Any) -> None:
     columns = report["columns"]
     methods = [key for key in settings["methods"] if columns[key]["available"]]
     time_on = columns["time"]["available"]
-    title = f"nmsim report: {Path(checkpoint['source']).name}, pattern {settings['pattern']}"
+    title = (
+        f"nmsim report: {printable(Path(checkpoint['source']).name)}, pattern {settings['pattern']}"
+    )
     if checkpoint["synthetic"]:
         title += " [SYNTHETIC WEIGHTS]"
     table = Table(title=title, title_justify="left", show_footer=True)
@@ -268,7 +270,11 @@ def render_table(report: dict[str, Any], console: Any) -> None:
     metadata = checkpoint.get("metadata") or {}
     if "test_accuracy" in metadata:
         description += f"; dense test accuracy {metadata['test_accuracy']}"
-    console.print(description, style="bold red" if checkpoint["synthetic"] else None, markup=False)
+    console.print(
+        printable(description),
+        style="bold red" if checkpoint["synthetic"] else None,
+        markup=False,
+    )
     console.print(table)
     counts = totals["tensors"]
     legend = (

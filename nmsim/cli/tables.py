@@ -23,6 +23,9 @@ def printable(text: str) -> str:
     """
     import unicodedata
 
+    # a file name that is not valid UTF-8 arrives with surrogate escapes (os.fsdecode),
+    # which no terminal or font can show: write its bytes as \xff escapes
+    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     return "".join(
         character
         if unicodedata.category(character)[0] != "C"

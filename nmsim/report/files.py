@@ -97,6 +97,15 @@ def _atomic_write(path: Path, data: bytes, *, force: bool, inputs: tuple[Any, ..
     return write_output(path, write, force=force, inputs=inputs, flag="--out file")
 
 
+def _drawable(text: str) -> str:
+    """``text`` as matplotlib can draw it: a file name that is not valid UTF-8 arrives with
+    surrogate escapes (os.fsdecode), which the font renderer refuses; show its bytes as
+    ``\\xff`` escapes instead, and control characters the same way."""
+    from nmsim.cli.tables import printable
+
+    return printable(text)
+
+
 def _pyplot() -> Any:
     """matplotlib's pyplot on the file-only Agg backend (no display is ever needed)."""
     import matplotlib
@@ -147,7 +156,8 @@ def _kept_plot(report: dict[str, Any]) -> bytes:
     axes.set_ylim(0, 1.4)
     axes.set_yticks(np.linspace(0, 1, 6))
     axes.set_title(
-        f"{report['checkpoint']['source']}: kept |w| per layer at {report['settings']['pattern']}"
+        f"{_drawable(report['checkpoint']['source'])}: kept |w| per layer at "
+        f"{report['settings']['pattern']}"
     )
     axes.legend(fontsize=8, loc="upper center", ncol=2)
     return _png(figure)
@@ -192,7 +202,8 @@ def _heatmap(report: dict[str, Any], weights: dict[str, np.ndarray]) -> bytes:
         image = axes.imshow(shown, cmap="viridis", interpolation="nearest")
         figure.colorbar(image, ax=axes, label="|w| of kept entries (pruned: blank)")
         axes.set_title(
-            f"{name} [{layout}], 1-D {pattern} mask, top-left {kept.shape[0]}x{kept.shape[1]}",
+            f"{_drawable(name)} [{layout}], 1-D {pattern} mask, top-left "
+            f"{kept.shape[0]}x{kept.shape[1]}",
             fontsize=9,
         )
         for edge in range(pattern.m, kept.shape[1], pattern.m):
