@@ -260,19 +260,32 @@ def forward_mask(
     return from_reduction_matrix(kept, array.shape, resolved)
 
 
+def _take_by_column(blocks: NDArray, order: NDArray[np.intp]) -> NDArray:
+    """``(taps, out, reduction)`` blocks as a C-contiguous ``(taps, reduction, out)`` copy
+    with the output rows in ``order`` (one allocation; a fancy index of the transposed
+    view would keep the view's strides)."""
+    taps, out, reduction = blocks.shape
+    result = np.empty((taps, reduction, out), dtype=blocks.dtype)
+    np.take(np.moveaxis(blocks, 1, -1), order, axis=-1, out=result)
+    return result
+
+
 def _backward_keep(
     keys: NDArray[np.floating], survivors: NDArray[np.bool_], pattern: Pattern, straddle: bool
 ) -> NDArray[np.bool_]:
-    """N:M along the output axis (axis 1) of permuted ``(taps, out, reduction)`` blocks, in F."""
-    # Backward groups run down a column: move the output axis last, then group.
-    by_column = np.ascontiguousarray(np.moveaxis(keys, 1, -1))
+    """N:M along the last axis of permuted ``(taps, reduction, out)`` keys, inside ``F``.
+
+    Backward groups run down a column of the weight, so the callers lay the keys out with
+    the output axis last (contiguous) before calling.
+    """
     if straddle:
         # The code groups the row-major flattened [reduction, out] matrix.
-        chosen = nm_mask(by_column.reshape(-1, pattern.m), pattern.n, pattern.m)
-        chosen = chosen.reshape(by_column.shape)
+        chosen = nm_mask(keys.reshape(-1, pattern.m), pattern.n, pattern.m)
+        chosen = chosen.reshape(keys.shape)
     else:
-        chosen = nm_mask(by_column, pattern.n, pattern.m, axis=-1)
-    return np.moveaxis(chosen, -1, 1) & survivors
+        chosen = nm_mask(keys, pattern.n, pattern.m, axis=-1)
+    chosen &= survivors
+    return chosen
 
 
 def backward_mask(
@@ -352,17 +365,17 @@ def backward_mask(
 
     # |w| in the weight's own float dtype is exact and orders as the weights do; keeping
     # that dtype (not float64) means the 1-D mask kernel compiles once for both masks.
-    magnitudes = np.abs(_to_blocks(array, resolved))
-    survivors_permuted = survivors[:, order, :]
-    magnitudes_permuted = magnitudes[:, order, :]
-    if rank == "survivors":
-        keys = np.where(survivors_permuted, magnitudes_permuted, -np.inf)
-    else:
-        keys = np.where(survivors_permuted, magnitudes_permuted, 0.0)
-    kept_permuted = _backward_keep(keys, survivors_permuted, pattern, straddle)
-
-    kept = np.empty_like(kept_permuted)
-    kept[:, order, :] = kept_permuted
+    # Lay the blocks out as (taps, reduction, out) with the output rows permuted: the
+    # fancy index makes the one weight-sized copy, already contiguous along the backward
+    # groups; |w| and the blanking of non-survivors then happen in place (issue 20: memory).
+    survivors_by_column = _take_by_column(survivors, order)
+    keys = _take_by_column(_to_blocks(array, resolved), order)
+    np.abs(keys, out=keys)
+    np.copyto(keys, -np.inf if rank == "survivors" else 0.0, where=~survivors_by_column)
+    kept_by_column = _backward_keep(keys, survivors_by_column, pattern, straddle)
+    del keys
+    kept = np.empty(survivors.shape, dtype=bool)
+    np.moveaxis(kept, 1, -1)[..., order] = kept_by_column
     return _from_blocks(kept, array.shape, resolved)
 
 
