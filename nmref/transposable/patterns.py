@@ -16,6 +16,7 @@ from numpy.typing import ArrayLike, NDArray
 from nmref._validation import check_tiled_matrix
 from nmref.masks import is_nm
 from nmref.patterns import Pattern, check_pattern
+from nmref.transposable._inputs import check_fill
 
 __all__ = [
     "BRUTE_AT_MOST_MAX_M",
@@ -151,15 +152,6 @@ def transposable_patterns(n: int, m: int, *, fill: str = "exact") -> NDArray[np.
         )
     choices, table = pattern_table(pattern.n, pattern.m)
     return choices[table]
-
-
-FILLS: tuple[str, ...] = ("exact", "at_most")
-
-
-def check_fill(fill: str) -> None:
-    """``ValueError`` unless ``fill`` is ``"exact"`` or ``"at_most"``."""
-    if fill not in FILLS:
-        raise ValueError(f"fill={fill!r} must be one of {FILLS}")
 
 
 def brute_tile_at_most(units: list[list[int]], n: int, m: int) -> tuple[list[list[bool]], int]:
