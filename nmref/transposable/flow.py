@@ -63,9 +63,10 @@ and ``w < u + v`` dropped in every optimum; a tight entry is kept iff an optimum
 keeps it together with every choice already made, which
 :func:`canonical_at_most` decides by re-solving with those choices forced (an
 oracle pass: O(m^2) re-solves of O(n m^3), O(n m^5) per tile in the worst
-case, all entries tied). In particular a tight zero-score entry (``u + v = 0``:
-its row and column both have room, or only zero-dual neighbours) is **kept**
-whenever capacity allows, greedily in row-major order: keeping it costs
+case, all entries tied). In particular a zero-score entry is tight exactly when
+``u[i] = v[j] = 0`` (for instance when its row and its column both have room),
+and a tight zero is **kept** whenever the choices already made leave its row and
+column room, greedily in row-major order: keeping it costs
 nothing, and hardware runs a full group as happily as an under-full one, while
 the lexicographic rule keeps the canonical mask a function of the input alone.
 Readable only: the at-most fill has no Numba kernel yet (a follow-up).
