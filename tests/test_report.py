@@ -613,10 +613,17 @@ def test_transposable_numbers_equal_the_installed_library():
         greedy_kept = float(np.sum(magnitudes, dtype=np.float64, where=greedy))
         gap = entry["methods"]["greedy"]["optimality_gap"]
         assert gap == (exact_kept - greedy_kept) / exact_kept and 0 <= gap <= 0.5
-        # ... and agrees with the library's exact oracle functions on the same matrix.
-        oracle = optimality_gap(magnitudes, greedy, 2, 4).total
+        # ... and agrees with the library's exact oracle functions on the same matrix. The
+        # report measures the greedy mask against the exactly-N optimum (as the papers);
+        # optimality_gap refuses that comparison where an under-filled greedy tile beats the
+        # exactly-N optimum (a negative gap, spec T6), so the exactly-N optimum is used
+        # directly, and the at-most gap (never negative) is checked to be at least as large.
         optimum = float(transposable_optimum(magnitudes, 2, 4).sum())
-        assert gap == pytest.approx(oracle / optimum, rel=1e-9, abs=1e-15)
+        assert gap == pytest.approx((optimum - greedy_kept) / optimum, rel=1e-9, abs=1e-15)
+        at_most = optimality_gap(magnitudes, greedy, 2, 4, fill="at_most").total
+        at_most_optimum = float(transposable_optimum(magnitudes, 2, 4, fill="at_most").sum())
+        assert at_most >= 0 and at_most_optimum >= optimum
+        assert at_most == pytest.approx(at_most_optimum - greedy_kept, rel=1e-9, abs=1e-9)
         assert entry["methods"]["transposable"]["kept_magnitude"] == pytest.approx(
             optimum, rel=1e-12
         )

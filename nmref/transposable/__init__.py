@@ -18,6 +18,11 @@ are independent; for each one this module solves
 * **Ties.** Among optimal masks the canonical one is returned: the
   lexicographically greatest row-major keep-vector of the tile ("the lower
   flat index wins"). Every exact method returns it, bit for bit.
+* **Fill.** ``fill="exact"`` (default, the papers' problem): exactly ``n``
+  per tile row and column. ``fill="at_most"``: at most ``n`` (what sparse
+  tensor cores accept; its optimum is never below the exact one, and can be
+  above it: 6 against 5 on ``[[1,1,1,0]]*3 + [[0,0,0,0]]`` at 2:4). The
+  at-most fill runs the readable Python solver tile by tile (no kernel yet).
 * **Exact arithmetic.** Scores are compared as exact rationals: each tile is
   scaled by a power of two to integers (int64 in the kernels, Python ints in
   the reference), so rounding never decides a tie.
@@ -41,9 +46,18 @@ from nmref.transposable._driver import (
     exact_mask,
     greedy_mask,
     masked_units,
+    solve_at_most,
     solve_exact,
 )
-from nmref.transposable._inputs import METHODS, Method, check_method, prepare
+from nmref.transposable._inputs import (
+    FILLS,
+    METHODS,
+    Fill,
+    Method,
+    check_fill,
+    check_method,
+    prepare,
+)
 from nmref.transposable.certificates import (
     Certificate,
     transposable_certificate,
@@ -51,18 +65,23 @@ from nmref.transposable.certificates import (
 )
 from nmref.transposable.greedy import greedy_tile
 from nmref.transposable.patterns import (
+    BRUTE_AT_MOST_MAX_M,
     BRUTE_MAX_M,
     brute_tile,
+    brute_tile_at_most,
     is_transposable,
     transposable_patterns,
 )
 from nmref.transposable.tiles import dyadic, exact_integer_tile, iter_tiles, kept_total
 
 __all__ = [
+    "BRUTE_AT_MOST_MAX_M",
     "BRUTE_MAX_M",
     "ENUMERATION_MAX_PATTERNS",
+    "FILLS",
     "METHODS",
     "Certificate",
+    "Fill",
     "Method",
     "OptimalityGap",
     "exact_integer_tile",
@@ -94,7 +113,7 @@ class OptimalityGap(NamedTuple):
 
 
 def transposable_mask_reference(
-    scores: ArrayLike, n: int, m: int, *, method: Method = "exact"
+    scores: ArrayLike, n: int, m: int, *, method: Method = "exact", fill: Fill = "exact"
 ) -> NDArray[np.bool_]:
     """Plain-Python transposable mask: the teaching version of :func:`transposable_mask`.
 
@@ -113,15 +132,19 @@ def transposable_mask_reference(
     """
     check_method(method)
     array, pattern = prepare(scores, n, m)
-    if method == "brute" and pattern.m > BRUTE_MAX_M:
-        raise ValueError(f"method='brute' needs m <= {BRUTE_MAX_M}, got m={pattern.m}")
+    _check_method_fill(method, fill, pattern.m)
     mask = np.zeros(array.shape, dtype=bool)
     for tile_row, tile_column, tile in iter_tiles(array, pattern.m):
         if method in ("greedy", "greedy-prune"):
             kept = greedy_tile(tile, pattern, prune_form=method == "greedy-prune")
         else:
             units, _ = exact_integer_tile(tile)
-            if method == "brute":
+            if fill == "at_most":
+                if method == "brute":
+                    kept, _ = brute_tile_at_most(units, pattern.n, pattern.m)
+                else:
+                    kept, _, _ = flow.solve_tile_at_most(units, pattern.n)
+            elif method == "brute":
                 kept, _ = brute_tile(units, pattern)
             else:
                 kept, _, _ = flow.solve_tile(units, pattern.n)
@@ -137,6 +160,7 @@ def transposable_mask(
     *,
     method: Method = "exact",
     parallel: bool = False,
+    fill: Fill = "exact",
 ) -> NDArray[np.bool_]:
     r"""Transposable N:M mask of a 2-D score matrix.
 
@@ -175,6 +199,15 @@ def transposable_mask(
     parallel : bool, default False
         Split the tiles over Numba's threads (``numba.set_num_threads``). Same
         mask.
+    fill : {"exact", "at_most"}, default "exact"
+        ``"exact"``: exactly ``n`` per tile row and column (the papers'
+        problem; the default, unchanged bit for bit). ``"at_most"``: at most
+        ``n`` (what sparse tensor cores accept), maximising the same kept sum;
+        canonical among ties by the same rule (lexicographically greatest
+        row-major keep-vector, so a tight zero score is kept whenever its row
+        and column have room). Only for ``"exact"`` and ``"brute"``
+        (``m <= 4``); it runs the readable Python solver tile by tile (slow: a
+        kernel is a follow-up), and ``parallel`` does not apply.
 
     Returns
     -------
@@ -188,7 +221,9 @@ def transposable_mask(
     ValueError
         If ``n > m``, ``m < 1``, ``n < 0``; if ``scores`` is not 2-D, its shape
         is not a multiple of ``m``, or it holds NaN or an infinity; if
-        ``method`` is unknown, or ``"brute"`` with ``m > 6``.
+        ``method`` is unknown, or ``"brute"`` with ``m > 6``; if ``fill`` is
+        unknown, ``"at_most"`` with a greedy method, or ``"at_most"`` with
+        ``"brute"`` and ``m > 4``.
 
     Notes
     -----
@@ -223,15 +258,36 @@ def transposable_mask(
     greedy = method in ("greedy", "greedy-prune")
     # The exact kernels detect NaN/inf themselves (and then raise the same error).
     array, pattern = prepare(scores, n, m, check_finite=greedy)
-    if method == "brute" and pattern.m > BRUTE_MAX_M:
-        raise ValueError(f"method='brute' needs m <= {BRUTE_MAX_M}, got m={pattern.m}")
+    _check_method_fill(method, fill, pattern.m)
+    if fill == "at_most":
+        return solve_at_most(array, pattern, method=method).mask
     if greedy:
         return greedy_mask(array, pattern, prune_form=method == "greedy-prune")
     return exact_mask(array, pattern, method=method, parallel=parallel)
 
 
-def transposable_optimum(scores: ArrayLike, n: int, m: int) -> NDArray[np.float64]:
+def _check_method_fill(method: str, fill: str, m: int) -> None:
+    check_fill(fill)
+    if fill == "at_most" and method not in ("exact", "brute"):
+        raise ValueError(
+            f"fill='at_most' applies to method='exact' or 'brute', not method={method!r} "
+            "(the keep-greedy mask is already valid at most n)"
+        )
+    if method == "brute" and fill == "exact" and m > BRUTE_MAX_M:
+        raise ValueError(f"method='brute' needs m <= {BRUTE_MAX_M}, got m={m}")
+    if method == "brute" and fill == "at_most" and m > BRUTE_AT_MOST_MAX_M:
+        raise ValueError(
+            f"method='brute' with fill='at_most' needs m <= {BRUTE_AT_MOST_MAX_M}, got m={m}"
+        )
+
+
+def transposable_optimum(
+    scores: ArrayLike, n: int, m: int, *, fill: Fill = "exact"
+) -> NDArray[np.float64]:
     """Optimal kept sum of every tile (exact, then rounded once to float64).
+
+    ``fill="at_most"``: the optimum over masks keeping at most ``n`` per tile row
+    and column (never below the ``"exact"`` one).
 
     Returns
     -------
@@ -247,40 +303,65 @@ def transposable_optimum(scores: ArrayLike, n: int, m: int) -> NDArray[np.float6
     >>> transposable_optimum(np.arange(16.0).reshape(4, 4), 2, 4)
     array([[60.]])
     """
+    check_fill(fill)
     array, pattern = prepare(scores, n, m)
+    if fill == "at_most":
+        return solve_at_most(array, pattern).kept_sum
     return solve_exact(array, pattern).kept_sum
 
 
-def optimality_gap(scores: ArrayLike, mask: ArrayLike, n: int, m: int) -> OptimalityGap:
+def optimality_gap(
+    scores: ArrayLike, mask: ArrayLike, n: int, m: int, *, fill: Fill | None = None
+) -> OptimalityGap:
     """How much kept score ``mask`` loses against the optimum, per tile and in total.
+
+    The gap is always taken against the optimum of the fill the mask is valid
+    for, so it is **never negative**: zero iff the mask is optimal for that fill.
 
     Parameters
     ----------
     scores : array_like, shape (R, C)
         The scores the mask was meant to maximise.
     mask : array_like of bool, shape (R, C)
-        Any mask keeping at most ``n`` per tile row and column (for example a
-        greedy mask, or another implementation's output).
+        The mask to score.
+    fill : {"exact", "at_most"} or None, default None
+        ``"exact"``: ``mask`` must keep exactly ``n`` per tile row and column;
+        the gap is against the exactly-``n`` optimum. ``"at_most"``: ``mask``
+        must keep at most ``n`` (for example a keep-greedy mask, or what a
+        sparse tensor core accepts); the gap is against the at-most-``n``
+        optimum (readable solver, slow). ``None`` (the call before fills
+        existed, unchanged): any mask keeping at most ``n``, against the
+        exactly-``n`` optimum, as before; where a tile of an under-filled mask
+        keeps *more* than the exactly-``n`` optimum (possible: it is a better
+        at-most mask) the gap would be negative, so ``ValueError`` is raised
+        instead, naming ``fill="at_most"``.
 
     Returns
     -------
     OptimalityGap
         ``per_tile`` (float64, (R//m, C//m)) and ``total``: optimum minus the
-        mask's kept sum, computed exactly and rounded once. Zero everywhere iff
-        the mask is optimal (for a mask that is exactly transposable).
+        mask's kept sum, computed exactly and rounded once; ``>= 0``.
 
     Raises
     ------
     ValueError
-        If the shapes differ, or the mask keeps more than ``n`` in some tile
-        row or column (its kept sum could then exceed the optimum).
+        If the shapes differ; if the mask keeps more than ``n`` in some tile
+        row or column; with ``fill="exact"``, if it keeps fewer than ``n``
+        somewhere (it is only valid at most ``n``); with ``fill=None``, if the
+        gap against the exactly-``n`` optimum would be negative.
 
     Examples
     --------
     >>> scores = np.arange(16.0).reshape(4, 4)
     >>> optimality_gap(scores, transposable_mask(scores, 2, 4, method="greedy"), 2, 4).total
     0.0
+    >>> tile = np.array([[1, 1, 1, 0]] * 3 + [[0, 0, 0, 0]])
+    >>> better = transposable_mask(tile, 2, 4, fill="at_most")
+    >>> optimality_gap(tile, better, 2, 4, fill="at_most").total
+    0.0
     """
+    if fill is not None:
+        check_fill(fill)
     array, pattern = prepare(scores, n, m)
     kept = np.asarray(mask)
     if kept.shape != array.shape:
@@ -290,7 +371,34 @@ def optimality_gap(scores: ArrayLike, mask: ArrayLike, n: int, m: int) -> Optima
             f"mask keeps more than n={pattern.n} entries in some row or column of an "
             f"{pattern.m}x{pattern.m} tile; the gap is only defined for masks with at most n"
         )
+    if fill == "exact" and not is_transposable(kept, pattern.n, pattern.m, exact=True):
+        raise ValueError(
+            f"fill='exact' needs exactly n={pattern.n} kept in every row and column of every "
+            f"{pattern.m}x{pattern.m} tile (spec T1); this mask keeps fewer somewhere, so it is "
+            "valid only at most n: score it with fill='at_most'"
+        )
     kept = np.ascontiguousarray(kept, dtype=bool)
+    if fill == "at_most":
+        gaps = _at_most_gaps(array, pattern, kept)
+    else:
+        gaps = _exact_gaps(array, pattern, kept)
+        if fill is None and any(g < 0 for g in gaps):
+            t = next(index for index, g in enumerate(gaps) if g < 0)
+            tile = divmod(t, array.shape[1] // pattern.m)
+            raise ValueError(
+                f"tile {tile} of the mask keeps more than the exactly-n optimum (it keeps fewer "
+                f"than n={pattern.n} in some row or column and is a better at-most-n mask): "
+                "a gap against the exactly-n optimum would be negative; pass fill='at_most' "
+                "(spec T6)"
+            )
+    shape = (array.shape[0] // pattern.m, array.shape[1] // pattern.m)
+    per_tile = np.array([float(g) for g in gaps], dtype=np.float64).reshape(shape)
+    total = sum(gaps, Fraction(0))
+    return OptimalityGap(per_tile, float(total))
+
+
+def _exact_gaps(array, pattern, kept) -> list[Fraction]:
+    """Exactly-n optimum minus the kept sum, per tile (row-major), as exact rationals."""
     optimum = solve_exact(array, pattern)
     mine_units, mine_exponents, mine_status = masked_units(array, pattern, kept)
     tile_columns = array.shape[1] // pattern.m
@@ -310,9 +418,19 @@ def optimality_gap(scores: ArrayLike, mask: ArrayLike, n: int, m: int) -> Optima
         else:
             best_value = dyadic(optimum.kept_units[t], optimum.exponents[t])
         gaps.append(best_value - dyadic(mine, exponent))
-    per_tile = np.array([float(g) for g in gaps], dtype=np.float64).reshape(optimum.kept_sum.shape)
-    total = sum(gaps, Fraction(0))
-    return OptimalityGap(per_tile, float(total))
+    return gaps
+
+
+def _at_most_gaps(array, pattern, kept) -> list[Fraction]:
+    """At-most-n optimum minus the kept sum, per tile (row-major), exact (readable solver)."""
+    m = pattern.m
+    gaps: list[Fraction] = []
+    for tile_row, tile_column, tile in iter_tiles(array, m):
+        units, exponent = exact_integer_tile(tile)
+        r0, c0 = tile_row * m, tile_column * m
+        mine = kept_total(units, kept[r0 : r0 + m, c0 : c0 + m])
+        gaps.append(dyadic(flow.at_most_optimum(units, pattern.n) - mine, exponent))
+    return gaps
 
 
 def transposable_weight_mask(

@@ -28,7 +28,12 @@ from nmref.transposable._kernel_contract import (
     TOO_WIDE,
     max_unit_bits,
 )
-from nmref.transposable.patterns import BRUTE_MAX_M, brute_tile, pattern_table
+from nmref.transposable.patterns import (
+    BRUTE_MAX_M,
+    brute_tile,
+    brute_tile_at_most,
+    pattern_table,
+)
 from nmref.transposable.tiles import dyadic, exact_integer_tile, kept_total
 
 # Warn when this many tiles need the (slow) Python-int path.
@@ -187,6 +192,53 @@ def solve_exact(
         kept_sum.reshape(tile_rows, tile_columns),
         kept_units,
         exponents,
+        kept_exact,
+        row_potentials,
+        column_potentials,
+    )
+
+
+def solve_at_most(
+    array: NDArray, pattern: Pattern, *, method: str = "exact", potentials: bool = False
+) -> ExactResult:
+    """The at-most-``n`` fill, tile by tile with the readable Python-int solvers.
+
+    ``method="exact"``: :func:`nmref.transposable.flow.solve_tile_at_most`;
+    ``"brute"``: :func:`~nmref.transposable.patterns.brute_tile_at_most`
+    (``m <= 4``). Same canonical mask. No kernel yet (a follow-up): correct
+    first, O(n m^5) Python operations per tile in the worst case.
+    """
+    n, m = pattern
+    rows, columns = array.shape
+    tile_rows, tile_columns = rows // m, columns // m
+    tiles = tile_rows * tile_columns
+    check_finite_scores(array, "scores")
+    mask = np.zeros(array.shape, dtype=bool)
+    kept_sum = np.zeros(tiles, dtype=np.float64)
+    kept_exact: dict[int, tuple[int, int]] = {}
+    row_potentials = np.zeros((rows, tile_columns), dtype=np.float64) if potentials else None
+    column_potentials = np.zeros((tile_rows, columns), dtype=np.float64) if potentials else None
+    for t in range(tiles):
+        tile_row, tile_column = divmod(t, tile_columns)
+        r0, c0 = tile_row * m, tile_column * m
+        units, exponent = exact_integer_tile(array[r0 : r0 + m, c0 : c0 + m])
+        if method == "brute" and not potentials:
+            kept, total = brute_tile_at_most(units, n, m)
+        else:
+            kept, u, v = flow.solve_tile_at_most(units, n)
+            total = kept_total(units, kept)
+            if potentials:
+                assert row_potentials is not None and column_potentials is not None
+                row_potentials[r0 : r0 + m, tile_column] = _exact_floats(u, exponent)
+                column_potentials[tile_row, c0 : c0 + m] = _exact_floats(v, exponent)
+        mask[r0 : r0 + m, c0 : c0 + m] = kept
+        kept_exact[t] = (total, exponent)
+        kept_sum[t] = float(dyadic(total, exponent))
+    return ExactResult(
+        mask,
+        kept_sum.reshape(tile_rows, tile_columns),
+        np.zeros(tiles, dtype=np.int64),
+        np.zeros(tiles, dtype=np.int64),
         kept_exact,
         row_potentials,
         column_potentials,

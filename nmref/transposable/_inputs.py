@@ -9,10 +9,15 @@ from numpy.typing import ArrayLike, NDArray
 from nmref._validation import as_scores, check_choice, check_finite_scores, check_tiled_matrix
 from nmref.patterns import Pattern, check_pattern
 
-__all__ = ["METHODS", "Method", "check_method", "prepare"]
+__all__ = ["FILLS", "METHODS", "Fill", "Method", "check_fill", "check_method", "prepare"]
 
 Method = Literal["exact", "brute", "greedy", "greedy-prune"]
 METHODS: tuple[str, ...] = ("exact", "brute", "greedy", "greedy-prune")
+
+#: ``"exact"``: exactly n per tile row and column (the papers' problem);
+#: ``"at_most"``: at most n (what sparse tensor cores accept). Spec T1.
+Fill = Literal["exact", "at_most"]
+FILLS: tuple[str, ...] = ("exact", "at_most")
 
 
 def prepare(
@@ -34,3 +39,8 @@ def prepare(
 def check_method(method: str) -> None:
     """``ValueError`` unless ``method`` is one of :data:`METHODS`."""
     check_choice(method, "method", METHODS)
+
+
+def check_fill(fill: str) -> None:
+    """``ValueError`` unless ``fill`` is one of :data:`FILLS`."""
+    check_choice(fill, "fill", FILLS)

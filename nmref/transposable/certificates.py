@@ -8,8 +8,8 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from nmref.transposable._driver import solve_exact
-from nmref.transposable._inputs import prepare
+from nmref.transposable._driver import solve_at_most, solve_exact
+from nmref.transposable._inputs import Fill, check_fill, prepare
 from nmref.transposable.patterns import is_transposable
 
 __all__ = ["Certificate", "transposable_certificate", "verify_certificate"]
@@ -32,13 +32,18 @@ class Certificate(NamedTuple):
     column_potentials: NDArray[np.float64]
 
 
-def transposable_certificate(scores: ArrayLike, n: int, m: int) -> Certificate:
+def transposable_certificate(
+    scores: ArrayLike, n: int, m: int, *, fill: Fill = "exact"
+) -> Certificate:
     """The canonical optimal mask and dual potentials that prove it optimal.
 
     For tile entry ``(i, j)`` with row potential ``u[i]`` and column potential
     ``v[j]``: every kept entry has ``s[i, j] >= u[i] + v[j]`` and every dropped
     entry ``s[i, j] <= u[i] + v[j]``; with the row and column counts that
     proves optimality (LP duality; see :func:`verify_certificate`).
+    ``fill="at_most"``: the at-most-``n`` optimum, with ``u, v >= 0`` and
+    ``u[i] = 0`` (``v[j] = 0``) wherever the row (column) keeps fewer than
+    ``n`` (readable solver, tile by tile).
 
     Raises
     ------
@@ -52,8 +57,12 @@ def transposable_certificate(scores: ArrayLike, n: int, m: int) -> Certificate:
     >>> verify_certificate(np.arange(16.0).reshape(4, 4), *certificate, 2, 4)
     True
     """
+    check_fill(fill)
     array, pattern = prepare(scores, n, m)
-    result = solve_exact(array, pattern, potentials=True)
+    if fill == "at_most":
+        result = solve_at_most(array, pattern, potentials=True)
+    else:
+        result = solve_exact(array, pattern, potentials=True)
     assert result.row_potentials is not None and result.column_potentials is not None
     return Certificate(result.mask, result.row_potentials, result.column_potentials)
 
@@ -65,13 +74,25 @@ def verify_certificate(
     column_potentials: ArrayLike,
     n: int,
     m: int,
+    *,
+    fill: Fill = "exact",
 ) -> bool:
     """Check, exactly, that the potentials prove ``mask`` optimal. O(m^2) per tile.
 
-    True iff ``mask`` is exactly transposable N:M and in every tile each kept
-    entry has ``s >= u + v`` and each dropped entry ``s <= u + v``. Then for any
-    valid mask ``Y``, ``sum_Y s <= n sum(u) + n sum(v) + sum(max(s - u - v, 0))``,
-    which the given mask attains, so no mask keeps more (weak LP duality).
+    ``fill="exact"``: True iff ``mask`` is exactly transposable N:M and in every
+    tile each kept entry has ``s >= u + v`` and each dropped entry
+    ``s <= u + v``. Then for any valid mask ``Y``,
+    ``sum_Y s <= n sum(u) + n sum(v) + sum(max(s - u - v, 0))``, which the given
+    mask attains, so no mask keeps more (weak LP duality).
+
+    ``fill="at_most"``: True iff ``mask`` keeps at most ``n`` per tile row and
+    column, the same two slackness conditions hold, ``u, v >= 0``, and ``u = 0``
+    on every tile row keeping fewer than ``n`` (``v = 0`` on such columns).
+    These are the dual constraints and complementary slackness of the at-most
+    LP (spec T2): for any at-most mask ``Y``, ``sum_Y s = sum_Y (u + v) +
+    sum_Y (s - u - v) <= n sum(u) + n sum(v) + sum(max(s - u - v, 0))``
+    because ``u, v >= 0`` and ``Y`` keeps at most ``n`` per line; ``mask``
+    attains the bound because its lines with a positive dual are full.
 
     Comparisons are exact: a float64 test decides all clear cases and the few
     entries within rounding distance are recomputed with rationals.
@@ -101,9 +122,22 @@ def verify_certificate(
         )
     if not (np.isfinite(u).all() and np.isfinite(v).all()):
         raise ValueError("potentials must be finite")
-    if not is_transposable(kept, pattern.n, pattern.m, exact=True):
+    check_fill(fill)
+    if not is_transposable(kept, pattern.n, pattern.m, exact=fill == "exact"):
         return False
     kept = kept.astype(bool)
+    if fill == "at_most":
+        # Duals of the inequalities: non-negative, and zero on lines with room.
+        if (u < 0).any() or (v < 0).any():
+            return False
+        tiles_r, tiles_c = rows // pattern.m, columns // pattern.m
+        blocks = kept.reshape(tiles_r, pattern.m, tiles_c, pattern.m)
+        row_counts = blocks.sum(axis=3).reshape(rows, tiles_c)  # (row, tile column)
+        column_counts = blocks.sum(axis=1).reshape(tiles_r, columns)  # (tile row, column)
+        if ((row_counts < pattern.n) & (u != 0)).any():
+            return False
+        if ((column_counts < pattern.n) & (v != 0)).any():
+            return False
     row_full = np.repeat(u, pattern.m, axis=1)
     column_full = np.repeat(v, pattern.m, axis=0)
     exact_scores = array.astype(np.float64) if array.dtype.kind == "f" else array

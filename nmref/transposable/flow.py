@@ -33,6 +33,43 @@ The three steps
    already made. Entries with
    ``w[i][j] = u[i] + v[j]`` ("tight") are the only ones that differ between
    optimal masks; the pass toggles alternating cycles of tight entries.
+
+The "at most N" fill (what sparse tensor cores accept)
+------------------------------------------------------
+:func:`solve_tile_at_most` solves the relaxed problem: keep **at most** ``n``
+entries per row and per column, maximising the kept sum. The network changes in
+one place: a **bypass arc** ``source -> sink`` of capacity ``n * m`` and cost 0
+is added, and the flow value stays ``n * m``. A unit through the bypass is an
+unused slot, so every flow of value ``n * m`` is an at-most-``n`` mask and back.
+Successive shortest paths on that network is the same algorithm as above that
+**stops as soon as the next shortest augmenting path through the rows has cost
+>= 0** (the bypass is then at least as cheap; the path costs of successive
+shortest paths never decrease, so no later path can be negative either). A path
+of cost exactly 0 is not taken: its tie with the bypass is settled by the
+canonical pass. Integrality still holds: the constraint matrix is still the
+incidence matrix of a bipartite graph (the row and column inequalities with a
+slack column each, or equivalently the network with the bypass arc), which is
+totally unimodular, so the LP with ``0 <= S <= 1`` has integral vertices.
+
+Duals of the at-most LP are ``u, v >= 0``: kept entries have ``w >= u + v``,
+dropped ones ``w <= u + v``, and ``u[i] = 0`` where row ``i`` keeps fewer than
+``n`` (same for columns). They come from shortest-path distances on the final
+residual network (:func:`at_most_duals`), and :func:`certifies_optimal_at_most`
+checks them.
+
+Ties (at most N): the same rule family, the lexicographically greatest
+row-major keep-vector among optimal masks. Entries with ``w > u + v`` are kept
+and ``w < u + v`` dropped in every optimum; a tight entry is kept iff an optimum
+keeps it together with every choice already made, which
+:func:`canonical_at_most` decides by re-solving with those choices forced (an
+oracle pass: O(m^2) re-solves of O(n m^3), O(n m^5) per tile in the worst
+case, all entries tied). In particular a zero-score entry is tight exactly when
+``u[i] = v[j] = 0`` (for instance when its row and its column both have room),
+and a tight zero is **kept** whenever the choices already made leave its row and
+column room, greedily in row-major order: keeping it costs
+nothing, and hardware runs a full group as happily as an under-full one, while
+the lexicographic rule keeps the canonical mask a function of the input alone.
+Readable only: the at-most fill has no Numba kernel yet (a follow-up).
 """
 
 from __future__ import annotations
@@ -44,10 +81,16 @@ from nmref.transposable.ties import canonical_optimum
 from nmref.transposable.tiles import Tile
 
 __all__ = [
+    "at_most_duals",
+    "at_most_optimum",
+    "canonical_at_most",
     "canonical_optimum",
     "certifies_optimal",
+    "certifies_optimal_at_most",
     "solve_tile",
+    "solve_tile_at_most",
     "successive_shortest_paths",
+    "successive_shortest_paths_at_most",
 ]
 
 
@@ -211,3 +254,270 @@ def solve_tile(weights: Tile, n: int) -> tuple[list[list[bool]], list[int], list
     kept, row_potentials, column_potentials = successive_shortest_paths(weights, n)
     canonical = canonical_optimum(weights, kept, row_potentials, column_potentials)
     return canonical, row_potentials, column_potentials
+
+
+# --------------------------------------------------------------------------
+# The "at most n" fill
+# --------------------------------------------------------------------------
+
+
+def successive_shortest_paths_at_most(
+    weights: Tile,
+    row_capacity: Sequence[int],
+    column_capacity: Sequence[int],
+    allowed: Sequence[Sequence[bool]] | None = None,
+) -> list[list[bool]]:
+    """A maximum-weight mask keeping at most ``row_capacity[i]`` / ``column_capacity[j]``.
+
+    Successive shortest paths on the network of :func:`successive_shortest_paths`
+    with per-row and per-column capacities and only the ``allowed`` entries as
+    arcs; it **stops** when the next shortest source-sink path has cost ``>= 0``
+    (the bypass arc ``source -> sink`` of cost 0 is then a shortest path: the
+    remaining units take it, i.e. stay unused), or when no path is left.
+
+    Returns an optimal mask (not yet the canonical one among ties). O(K m^2)
+    for K augmentations (K <= sum of the row capacities).
+    """
+    m = len(weights)
+    if any(len(row) != m for row in weights):
+        raise ValueError(
+            f"weights must be a square m x m tile, got row lengths "
+            f"{[len(row) for row in weights]} for m={m} rows"
+        )
+    if allowed is None:
+        allowed = [[True] * m for _ in range(m)]
+    source, sink = 0, 2 * m + 1
+    node_count = 2 * m + 2
+    kept = [[False] * m for _ in range(m)]
+    row_kept = [0] * m
+    column_kept = [0] * m
+
+    def arcs(node):
+        # Residual arcs (target, cost); the bypass is never searched, only compared.
+        if node == source:
+            return [(1 + i, 0) for i in range(m) if row_kept[i] < row_capacity[i]]
+        if node <= m:
+            i = node - 1
+            return [
+                (m + 1 + j, -weights[i][j]) for j in range(m) if allowed[i][j] and not kept[i][j]
+            ]
+        j = node - m - 1
+        out = [(1 + i, weights[i][j]) for i in range(m) if kept[i][j]]
+        if column_kept[j] < column_capacity[j]:
+            out.append((sink, 0))
+        return out
+
+    # Same start as the exactly-n solver: reduced costs >= 0 on every residual arc.
+    potential = [0] * node_count
+    for j in range(m):
+        column = [weights[i][j] for i in range(m) if allowed[i][j]]
+        potential[m + 1 + j] = -max(column) if column else 0
+    potential[sink] = min(potential[m + 1 : 2 * m + 1]) if m else 0
+
+    while True:
+        distance: list[int | None] = [None] * node_count
+        parent = [-1] * node_count
+        settled = [False] * node_count
+        distance[source] = 0
+        while True:
+            best = -1
+            for node in range(node_count):
+                if not settled[node] and distance[node] is not None:
+                    if best < 0 or distance[node] < distance[best]:  # type: ignore[operator]
+                        best = node
+            if best < 0:
+                break  # the sink is unreachable: no augmenting path is left
+            settled[best] = True
+            if best == sink:
+                break
+            base: int = distance[best]  # type: ignore[assignment]
+            for target, cost in arcs(best):
+                reduced = cost + potential[best] - potential[target]
+                old = distance[target]
+                if not settled[target] and (old is None or base + reduced < old):
+                    distance[target] = base + reduced
+                    parent[target] = best
+        if not settled[sink]:
+            break
+        # True cost of the path: the reduced length plus the potential difference.
+        path_cost = distance[sink] - potential[source] + potential[sink]  # type: ignore[operator]
+        if path_cost >= 0:
+            break  # the bypass arc (cost 0) is at least as cheap: stop
+        sink_distance: int = distance[sink]  # type: ignore[assignment]
+        for node in range(node_count):
+            d = distance[node]
+            potential[node] += d if settled[node] and d is not None else sink_distance
+        node = sink
+        while node != source:
+            previous = parent[node]
+            if 1 <= previous <= m and node > m and node != sink:
+                kept[previous - 1][node - m - 1] = True
+            elif previous > m and previous != sink and 1 <= node <= m:
+                kept[node - 1][previous - m - 1] = False
+            elif previous == source:
+                row_kept[node - 1] += 1
+            elif node == sink:
+                column_kept[previous - m - 1] += 1
+            node = previous
+    return kept
+
+
+def at_most_duals(weights: Tile, kept: Sequence[Sequence[bool]], n: int) -> tuple[list, list]:
+    """Dual potentials ``u, v >= 0`` proving an optimal at-most-``n`` mask optimal.
+
+    Bellman-Ford (every node starting at distance 0) on the residual network of
+    ``kept`` with the bypass arc ``source -> sink`` (cost 0; its reverse exists
+    when fewer than ``n * m`` entries are kept). ``kept`` is optimal iff that
+    network has no negative cycle; the distances ``d`` then satisfy
+    ``w <= d(r_i) - d(c_j)`` on dropped and ``>=`` on kept entries. With
+    ``u_i = d(r_i) - d(s)`` and ``v_j = d(s) - d(c_j)``: a row with a kept entry
+    has the residual arc ``r_i -> s`` so ``u_i >= 0``, and a non-full one also
+    ``s -> r_i`` so ``u_i = 0``; a row keeping nothing is set to ``d(s)``
+    (``u_i = 0``), which only loosens its dropped entries. Columns likewise,
+    through ``t`` and the bypass (``d(t) = d(s)`` whenever some column is not
+    full). O(m^3). ``ValueError`` if ``kept`` is not optimal.
+    """
+    m = len(weights)
+    if n == 0:
+        return [max(0, max(row, default=0)) for row in weights], [0] * m
+    source, sink = 0, 2 * m + 1
+    row_count = [sum(bool(x) for x in row) for row in kept]
+    column_count = [sum(bool(kept[i][j]) for i in range(m)) for j in range(m)]
+    arcs: list[tuple[int, int, int]] = [(source, sink, 0)]
+    if sum(row_count) < n * m:
+        arcs.append((sink, source, 0))
+    for i in range(m):
+        if row_count[i] < n:
+            arcs.append((source, 1 + i, 0))
+        if row_count[i] > 0:
+            arcs.append((1 + i, source, 0))
+        for j in range(m):
+            if kept[i][j]:
+                arcs.append((m + 1 + j, 1 + i, weights[i][j]))
+            else:
+                arcs.append((1 + i, m + 1 + j, -weights[i][j]))
+    for j in range(m):
+        if column_count[j] < n:
+            arcs.append((m + 1 + j, sink, 0))
+        if column_count[j] > 0:
+            arcs.append((sink, m + 1 + j, 0))
+    d = [0] * (2 * m + 2)
+    for _ in range(2 * m + 2):
+        changed = False
+        for a, b, cost in arcs:
+            if d[a] + cost < d[b]:
+                d[b] = d[a] + cost
+                changed = True
+        if not changed:
+            break
+    else:
+        raise ValueError("the mask is not an optimal at-most-n mask (negative cycle)")
+    for i in range(m):
+        if row_count[i] == 0:
+            d[1 + i] = d[source]
+    for j in range(m):
+        if column_count[j] == 0:
+            d[m + 1 + j] = d[source]
+    u = [d[1 + i] - d[source] for i in range(m)]
+    v = [d[source] - d[m + 1 + j] for j in range(m)]
+    return u, v
+
+
+def certifies_optimal_at_most(
+    weights: Tile, kept: Sequence[Sequence[bool]], n: int, row_potentials, column_potentials
+) -> bool:
+    """Whether ``u, v`` prove the at-most-``n`` mask ``kept`` optimal. O(m^2).
+
+    True iff ``kept`` keeps at most ``n`` per row and column, ``u, v >= 0``,
+    ``u[i] = 0`` where row ``i`` keeps fewer than ``n`` (likewise ``v``), kept
+    entries have ``w >= u + v`` and dropped ones ``w <= u + v``. Then for any
+    at-most-``n`` mask ``Y``: ``sum_Y w = sum_Y (u_i + v_j) + sum_Y (w - u - v)
+    <= n sum(u) + n sum(v) + sum(max(w - u - v, 0))`` (``u, v >= 0`` and at most
+    ``n`` per line), and ``kept`` attains the bound (its lines with a positive
+    dual are full), so no at-most-``n`` mask keeps more (LP weak duality).
+    """
+    m = len(weights)
+    u, v = row_potentials, column_potentials
+    rows = [sum(bool(x) for x in row) for row in kept]
+    columns = [sum(bool(kept[i][j]) for i in range(m)) for j in range(m)]
+    if any(c > n for c in rows + columns):
+        return False
+    if any(x < 0 for x in list(u) + list(v)):
+        return False
+    if any(rows[i] < n and u[i] != 0 for i in range(m)):
+        return False
+    if any(columns[j] < n and v[j] != 0 for j in range(m)):
+        return False
+    for i in range(m):
+        for j in range(m):
+            slack = weights[i][j] - u[i] - v[j]
+            if (kept[i][j] and slack < 0) or (not kept[i][j] and slack > 0):
+                return False
+    return True
+
+
+def at_most_optimum(weights: Tile, n: int) -> int:
+    """Optimal kept sum of one tile under the at-most-``n`` fill (exact ints)."""
+    m = len(weights)
+    kept = successive_shortest_paths_at_most(weights, [n] * m, [n] * m)
+    return sum(weights[i][j] for i in range(m) for j in range(m) if kept[i][j])
+
+
+def canonical_at_most(
+    weights: Tile, n: int, row_potentials, column_potentials, optimum: int
+) -> list[list[bool]]:
+    """The canonical optimal at-most-``n`` mask: lexicographically greatest row-major.
+
+    Scans entries in row-major order. ``w > u + v``: kept (in every optimum);
+    ``w < u + v``: dropped (in every optimum); tight: kept iff the remaining
+    free entries, with the capacities the fixed choices leave and this entry
+    forced in, still reach ``optimum`` (an oracle re-solve by
+    :func:`successive_shortest_paths_at_most`). Fixed entries never change, so the
+    result is the lexicographically greatest optimum. O(n m^5) worst case.
+    """
+    m = len(weights)
+    decided = [[None] * m for _ in range(m)]  # True kept, False dropped, None free
+    for k in range(m * m):
+        i, j = divmod(k, m)
+        slack = weights[i][j] - row_potentials[i] - column_potentials[j]
+        if slack != 0:
+            decided[i][j] = slack > 0
+            continue
+        decided[i][j] = True
+        decided[i][j] = _forced_optimum(weights, n, decided) == optimum
+    return [[bool(x) for x in row] for row in decided]
+
+
+def _forced_optimum(weights: Tile, n: int, decided) -> int | None:
+    """Best kept sum with the decided entries forced (None if a line is over ``n``)."""
+    m = len(weights)
+    rows = [n - sum(decided[i][j] is True for j in range(m)) for i in range(m)]
+    columns = [n - sum(decided[i][j] is True for i in range(m)) for j in range(m)]
+    if min(rows + columns, default=0) < 0:
+        return None
+    free = [[decided[i][j] is None for j in range(m)] for i in range(m)]
+    rest = successive_shortest_paths_at_most(weights, rows, columns, free)
+    return sum(
+        weights[i][j] for i in range(m) for j in range(m) if decided[i][j] is True or rest[i][j]
+    )
+
+
+def solve_tile_at_most(weights: Tile, n: int) -> tuple[list[list[bool]], list[int], list[int]]:
+    """Canonical optimal at-most-``n`` mask of one tile plus a dual certificate.
+
+    Examples
+    --------
+    >>> kept, u, v = solve_tile_at_most([[1, 1, 1, 0]] * 3 + [[0, 0, 0, 0]], 2)
+    >>> [[int(x) for x in row] for row in kept]
+    [[1, 1, 0, 0], [1, 0, 1, 0], [0, 1, 1, 0], [0, 0, 0, 1]]
+    """
+    m = len(weights)
+    if m:
+        check_pattern(n, m)
+    elif n != 0:
+        raise ValueError(f"n={n!r} must be 0 for an empty tile")
+    kept = successive_shortest_paths_at_most(weights, [n] * m, [n] * m)
+    optimum = sum(weights[i][j] for i in range(m) for j in range(m) if kept[i][j])
+    u, v = at_most_duals(weights, kept, n)
+    canonical = canonical_at_most(weights, n, u, v, optimum)
+    return canonical, u, v

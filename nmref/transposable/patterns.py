@@ -16,12 +16,27 @@ from numpy.typing import ArrayLike, NDArray
 from nmref._validation import check_tiled_matrix
 from nmref.masks import is_nm
 from nmref.patterns import Pattern, check_pattern
+from nmref.transposable._inputs import check_fill
 
-__all__ = ["BRUTE_MAX_M", "brute_tile", "is_transposable", "pattern_table", "transposable_patterns"]
+__all__ = [
+    "BRUTE_AT_MOST_MAX_M",
+    "BRUTE_MAX_M",
+    "at_most_pattern_table",
+    "brute_tile",
+    "brute_tile_at_most",
+    "is_transposable",
+    "pattern_table",
+    "transposable_patterns",
+]
 
 # The brute-force table holds K(m, n) patterns; K(6, 3) = 297200 is the largest
 # that is still practical (K(7, 3) = 26.9 million, K(8, 4) = 1.2e11).
 BRUTE_MAX_M = 6
+
+# The at-most-n table holds every 0/1 tile with at most n per row and column:
+# up to 2**16 = 65536 tiles for m = 4 (n = 4), which is still instant; m = 5
+# would be up to 2**25.
+BRUTE_AT_MOST_MAX_M = 4
 
 
 @functools.lru_cache(maxsize=32)
@@ -65,8 +80,42 @@ def pattern_table(n: int, m: int) -> tuple[NDArray[np.bool_], NDArray[np.int64]]
     return choice_masks, table
 
 
-def transposable_patterns(n: int, m: int) -> NDArray[np.bool_]:
+@functools.lru_cache(maxsize=32)
+def at_most_pattern_table(n: int, m: int) -> NDArray[np.bool_]:
+    """Every ``m x m`` 0/1 tile keeping at most ``n`` per row and column, canonical order.
+
+    Canonical order is the same as for the exact fill: descending row-major
+    keep bits (the tile that keeps the lowest flat indices first). Rows are the
+    subsets of at most ``n`` columns in descending order of their bits read left
+    to right (column 0 most significant), tiles are built row by row keeping
+    that order, and tiles whose column counts exceed ``n`` are dropped.
+    """
+    subsets = [
+        bits
+        for bits in itertools.product((True, False), repeat=m)  # descending bit order
+        if sum(bits) <= n
+    ]
+    rows = np.array(subsets, dtype=bool).reshape(len(subsets), m)
+    tiles = np.zeros((1, 0, m), dtype=bool)
+    counts = np.zeros((1, m), dtype=np.int64)
+    for _ in range(m):
+        new_counts = (counts[:, None, :] + rows[None, :, :]).reshape(-1, m)
+        feasible = (new_counts <= n).all(axis=1)
+        parents = np.repeat(np.arange(len(tiles)), len(rows))[feasible]
+        choices = np.tile(np.arange(len(rows)), len(tiles))[feasible]
+        tiles = np.concatenate([tiles[parents], rows[choices][:, None, :]], axis=1)
+        counts = new_counts[feasible]
+    tiles = np.ascontiguousarray(tiles)
+    tiles.setflags(write=False)
+    return tiles
+
+
+def transposable_patterns(n: int, m: int, *, fill: str = "exact") -> NDArray[np.bool_]:
     """Every valid ``m x m`` transposable N:M tile pattern, in canonical order.
+
+    ``fill="exact"`` (default): exactly ``n`` per row and column, ``m <= 6``.
+    ``fill="at_most"``: at most ``n`` (what sparse tensor cores accept),
+    ``m <= 4``; 7343 patterns for 2:4 (the all-dropped tile is the last).
 
     Canonical order: descending row-major keep bits (the pattern that keeps the
     lowest flat indices comes first). There are ``K(m, n)`` patterns
@@ -89,12 +138,39 @@ def transposable_patterns(n: int, m: int) -> NDArray[np.bool_]:
            [0, 0, 1, 1]])
     """
     pattern = check_pattern(n, m)
+    check_fill(fill)
+    if fill == "at_most":
+        if pattern.m > BRUTE_AT_MOST_MAX_M:
+            raise ValueError(
+                f"m={pattern.m} is too large to enumerate at-most-n patterns "
+                f"(brute force with fill='at_most' needs m <= {BRUTE_AT_MOST_MAX_M})"
+            )
+        return at_most_pattern_table(pattern.n, pattern.m)
     if pattern.m > BRUTE_MAX_M:
         raise ValueError(
             f"m={pattern.m} is too large to enumerate patterns (brute force needs m <= 6)"
         )
     choices, table = pattern_table(pattern.n, pattern.m)
     return choices[table]
+
+
+def brute_tile_at_most(units: list[list[int]], n: int, m: int) -> tuple[list[list[bool]], int]:
+    """First at-most-``n`` pattern of maximal kept sum in canonical order (exact ints)."""
+    tiles = at_most_pattern_table(n, m)
+    flat = [x for row in units for x in row]
+    largest = max((abs(x) for x in flat), default=0)
+    if largest * m * m < 2**62:
+        sums = tiles.reshape(len(tiles), m * m).astype(np.int64) @ np.array(flat, dtype=np.int64)
+        best_index = int(np.argmax(sums))  # first maximum
+        best_sum = int(sums[best_index])
+    else:  # too wide for int64: Python ints
+        best_index, best_sum = 0, None
+        for index, tile in enumerate(tiles.reshape(len(tiles), m * m)):
+            total = sum(x for x, keep in zip(flat, tile, strict=True) if keep)
+            if best_sum is None or total > best_sum:
+                best_index, best_sum = index, total
+    kept = tiles[best_index]
+    return [[bool(kept[i, j]) for j in range(m)] for i in range(m)], int(best_sum or 0)
 
 
 def brute_tile(units: list[list[int]], pattern: Pattern) -> tuple[list[list[bool]], int]:
@@ -120,8 +196,10 @@ def is_transposable(mask: ArrayLike, n: int, m: int, *, exact: bool = True) -> b
     mask : array_like, shape (R, C)
         Nonzero = kept.
     exact : bool, default True
-        ``True``: exactly ``n`` per tile row and column. ``False``: at most
-        ``n`` (the relaxed form that keep-greedy masks satisfy).
+        ``True``: exactly ``n`` per tile row and column (``fill="exact"``).
+        ``False``: at most ``n`` (``fill="at_most"``: what sparse tensor cores
+        accept, and what keep-greedy masks satisfy; an under-full or empty tile
+        row or column is valid).
 
     Raises
     ------
