@@ -262,3 +262,29 @@ def test_nmsim_errors_speak_flags_too(capsys) -> None:
     err = capsys.readouterr().err
     assert "--incompatible dense" in err and "incompatible='dense'" not in err
     assert "--sparse 4:8" in err
+
+
+def test_check_relaxed_weights_never_prints_a_negative_gap(tmp_path: Path, capsys) -> None:
+    """Issue 20: ``nmref check --relaxed --weights`` printed negative gaps for greedy masks
+    (``s=np.abs(np.random.default_rng(1).standard_normal((8,8)))``, greedy 2:4 -> -0.1308)."""
+    from nmref.transposable import transposable_mask
+
+    scores = np.abs(np.random.default_rng(1).standard_normal((8, 8)))
+    greedy = transposable_mask(scores, 2, 4, method="greedy")
+    weights, masks = tmp_path / "w.npz", tmp_path / "g.npz"
+    write_tensors(weights, {"w": scores})
+    write_tensors(masks, {"w": greedy.astype(np.float64)})
+    argv = [
+        "check",
+        str(masks),
+        "--pattern",
+        "2:4",
+        "--transposable",
+        "--relaxed",
+        "--weights",
+        str(weights),
+    ]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    gap = float(out.split("optimality gap ")[1].split(" ")[0])
+    assert gap >= 0 and "at most 2 per row and column" in out
