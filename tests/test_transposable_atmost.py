@@ -216,8 +216,21 @@ def test_gap_is_never_negative_for_a_valid_mask_of_its_fill(case):
     gap = optimality_gap(scores, mask, n, m, fill="at_most")
     assert (gap.per_tile >= 0).all() and gap.total >= 0
     optimum = transposable_optimum(scores, n, m, fill="at_most")
-    kept = np.array([[float(t[mask[r : r + m, c : c + m]].sum()) for r, c, t in _tiles(scores, m)]])
-    np.testing.assert_allclose(gap.per_tile.ravel(), optimum.ravel() - kept.ravel(), atol=1e-9)
+    # sum in float64: a float32 tile's own sum rounds (0.5 + 0.001 in float32 is off by 1e-8)
+    kept = np.array(
+        [
+            [
+                float(t[mask[r : r + m, c : c + m]].astype(np.float64).sum())
+                for r, c, t in _tiles(scores, m)
+            ]
+        ]
+    )
+    # the gap is exact and rounded once; the float subtraction here is not: compare with a
+    # tolerance relative to the sums' size
+    scale = max(1.0, float(np.abs(optimum).max()), float(np.abs(kept).max()))
+    np.testing.assert_allclose(
+        gap.per_tile.ravel(), optimum.ravel() - kept.ravel(), rtol=0, atol=1e-12 * scale
+    )
     # An exactly-n mask: all three calls are defined and non-negative; the old call equals
     # fill="exact" bit for bit, and the at-most gap is at least as large.
     legacy = optimality_gap(scores, exact_mask, n, m)
@@ -342,3 +355,14 @@ def test_fill_errors():
         transposable_certificate(scores, 2, 4, fill="")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="more than n=2"):
         optimality_gap(scores, scores > 0, 2, 4, fill="at_most")
+
+
+@pytest.mark.parametrize("bad", [0.5, 2.0, -1.0, float("nan")])
+def test_optimality_gap_refuses_mask_values_other_than_0_and_1(bad: float) -> None:
+    """Issue 20: optimality_gap accepted mask values 0.5, 2, -1, NaN as kept, while
+    backward_mask rejects them."""
+    scores = np.abs(np.random.default_rng(1).standard_normal((4, 4)))
+    mask = transposable_mask(scores, 2, 4).astype(float)
+    mask[0, int(np.argmax(mask[0]))] = bad
+    with pytest.raises(ValueError, match="mask"):
+        optimality_gap(scores, mask, 2, 4)

@@ -38,7 +38,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from nmref._validation import as_scores, check_finite_scores, check_transposable_layout
 from nmref.layouts import Layout, from_reduction_matrix, to_reduction_matrix
-from nmref.masks import to_magnitudes
+from nmref.masks import to_bool_mask, to_magnitudes
 from nmref.patterns import check_pattern
 from nmref.transposable import flow
 from nmref.transposable._driver import (
@@ -366,6 +366,8 @@ def optimality_gap(
     kept = np.asarray(mask)
     if kept.shape != array.shape:
         raise ValueError(f"mask.shape={kept.shape} must equal scores.shape={array.shape}")
+    # 0.5, 2, -1 or NaN are not "kept": only 0/1 (or bool), as backward_mask demands
+    kept = to_bool_mask(kept, "mask")
     if not is_transposable(kept, pattern.n, pattern.m, exact=False):
         raise ValueError(
             f"mask keeps more than n={pattern.n} entries in some row or column of an "
