@@ -116,24 +116,65 @@ def _bf16_upcast(path: Path, name: str) -> TensorRecord:
     return TensorRecord(name, upcast.reshape(entry["shape"]), "bfloat16")
 
 
+#: safetensors dtypes read by memory-mapping the file (little-endian, as the format stores).
+_MAPPABLE = {
+    "BOOL": "|b1",
+    "U8": "|u1",
+    "I8": "|i1",
+    "U16": "<u2",
+    "I16": "<i2",
+    "U32": "<u4",
+    "I32": "<i4",
+    "U64": "<u8",
+    "I64": "<i8",
+    "F16": "<f2",
+    "F32": "<f4",
+    "F64": "<f8",
+}
+
+
+def _safetensors_record(path: Path, handle: object, name: str) -> TensorRecord:
+    """One tensor, memory-mapped read-only where its dtype allows (no copy in memory).
+
+    ``safe_open`` has validated the header and offsets when the file was opened;
+    ``get_tensor`` would copy the whole tensor into memory, which doubled the peak of
+    reading a large checkpoint.
+    """
+    kind = handle.get_slice(name).get_dtype()  # type: ignore[attr-defined]
+    if kind == "BF16":
+        return _bf16_upcast(path, name)
+    if kind in _MAPPABLE:
+        header, data_start = _safetensors_header(path)
+        entry = header[name]
+        begin, end = entry["data_offsets"]
+        dtype = np.dtype(_MAPPABLE[kind])
+        shape = tuple(int(d) for d in entry["shape"])
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        if end - begin != count * dtype.itemsize:
+            raise ValueError(
+                f"tensor {name!r} declares shape {shape} {kind} ({count * dtype.itemsize} "
+                f"bytes) but its offsets span {end - begin} bytes"
+            )
+        if count == 0:
+            array = np.zeros(shape, dtype=dtype)
+        else:
+            array = np.memmap(path, dtype=dtype, mode="r", offset=data_start + begin, shape=shape)
+        return TensorRecord(name, array, str(dtype.newbyteorder("=")))
+    array = handle.get_tensor(name)  # type: ignore[attr-defined]
+    return TensorRecord(name, array, str(array.dtype))
+
+
 def _iter_safetensors(path: Path) -> Iterator[TensorRecord]:
     with _safe_open(path) as handle:
         for name in handle.keys():
-            if handle.get_slice(name).get_dtype() == "BF16":
-                yield _bf16_upcast(path, name)
-            else:
-                array = handle.get_tensor(name)
-                yield TensorRecord(name, array, str(array.dtype))
+            yield _safetensors_record(path, handle, name)
 
 
 def _read_safetensors(path: Path, name: str) -> TensorRecord:
     with _safe_open(path) as handle:
         if name not in handle.keys():
             raise _missing(path, name)
-        if handle.get_slice(name).get_dtype() == "BF16":
-            return _bf16_upcast(path, name)
-        array = handle.get_tensor(name)
-        return TensorRecord(name, array, str(array.dtype))
+        return _safetensors_record(path, handle, name)
 
 
 def memory_budget() -> int:
