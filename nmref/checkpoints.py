@@ -290,7 +290,13 @@ def _first_line(error: BaseException) -> str:
     if isinstance(error, pickle.UnpicklingError):
         return "it holds pickled objects other than tensors, which weights_only loading refuses"
     lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
+    line = lines[0] if lines else type(error).__name__
+    # NumPy's words for a header that lies, in the reader's terms (and without a memory address)
+    if line.startswith("mmap length is greater than file size"):
+        return "its header declares more data than the file holds (truncated, or a lying header)"
+    if line.startswith("malformed node or string"):
+        return "its header is not a Python literal (a corrupt or hostile .npy header)"
+    return line
 
 
 _SAFETENSORS_DTYPES = {
