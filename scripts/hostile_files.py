@@ -5,9 +5,10 @@ truncated, empty and header-lying ``.safetensors``, ``.npy`` and ``.npz`` files,
 object arrays, ``.pt`` files holding pickles whose execution would create a marker file
 (:data:`MARKER`, which must never appear), folders named like checkpoints, and names that are
 not UTF-8 or hold path characters, escape bytes or a leading dash. Every command that reads
-files (``nmref mask``, ``nmref check``, ``nmsim report``, ``nmsim compress``, ``nmsim
-inspect``) must refuse each entry with exit status 2 and one line naming the file, except where
-an entry's ``handled`` says which command legitimately accepts it and why.
+files (``nmref mask``, ``nmref check``, also as ``--weights``, ``nmsim report``, ``nmsim
+compress``, ``nmsim inspect``) must refuse each entry with exit status 2 and one line naming
+the file, except where an entry's ``handled`` says which command legitimately accepts it and
+why.
 
 Usage::
 
@@ -30,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-COMMANDS = ("mask", "check", "report", "compress", "inspect")
+# "check-weights" is nmref check --transposable --weights FILE: the hostile file as the weights
+COMMANDS = ("mask", "check", "check-weights", "report", "compress", "inspect")
 MARKER = "PICKLE-RAN.marker"
 # The zip bomb inflates to this many bytes; tests set NMREF_MEMORY_BUDGET_GIB below it.
 BOMB_BYTES = 32 * 2**20

@@ -3,11 +3,12 @@
 ``scripts/hostile_files.py`` writes the corpus: truncated, empty and header-lying
 ``.safetensors``/``.npy``/``.npz`` files, a zip bomb, object arrays, ``.pt`` files whose pickles
 would create a marker file, folders named like checkpoints, and hostile names. Each command
-(``nmref mask``, ``nmref check``, ``nmsim report``, ``nmsim compress``, ``nmsim inspect``) must
-exit 2 on each entry with exactly one stderr line naming the file (as the message prints it:
-``repr``, so escapes are escaped) and the problem, no traceback, nothing written (neither the
-``-o``/``--out`` target nor a temporary file), the input byte-identical, and the marker never
-created. ``specs/errors.md`` section 5 describes the corpus.
+(``nmref mask``, ``nmref check`` with the file as the mask and as ``--weights``, ``nmsim
+report``, ``nmsim compress``, ``nmsim inspect``) must exit 2 on each entry with exactly one
+stderr line naming the file (as the message prints it: ``repr``, so escapes are escaped) and
+the problem, no traceback, nothing written (neither the ``-o``/``--out`` target nor a temporary
+file), the input byte-identical, and the marker never created. ``specs/errors.md`` section 5
+describes the corpus.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ SCRIPT = ROOT / "scripts" / "hostile_files.py"
 # the zip bomb inflates to 32 MiB; a 0.01 GiB (10.7 MB) budget refuses it before inflating
 BUDGET_GIB = "0.01"
 # the commands that read .pt/.pth through torch (nmsim compress/inspect read only NumPy files)
-TORCH = ("mask", "check", "report")
+TORCH = ("mask", "check", "check-weights", "report")
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
 
@@ -45,10 +46,18 @@ def _load_script():
 hostile = _load_script()
 
 
+VALID_MASK: Path = Path()
+
+
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory):
+    global VALID_MASK
     folder = tmp_path_factory.mktemp("hostile")
     entries = hostile.write_corpus(folder)
+    # a valid transposable 2:4 mask for nmref check --weights HOSTILE (outside the corpus)
+    VALID_MASK = tmp_path_factory.mktemp("mask") / "w.npy"
+    tile = np.array([[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 1], [0, 0, 1, 1]], np.float32)
+    np.save(VALID_MASK, tile)
     return folder, entries
 
 
@@ -72,6 +81,17 @@ def _argv(command: str, name: str, out: Path) -> tuple[object, list[str]]:
         return nmref_main, ["mask", "--pattern", "2:4", "-o", str(out / "m.npz"), "--", name]
     if command == "check":
         return nmref_main, ["check", "--pattern", "2:4", "--", name]
+    if command == "check-weights":
+        mask = str(VALID_MASK)
+        # --weights=NAME: a name such as -o.npz must not be read as a flag
+        return nmref_main, [
+            "check",
+            "--pattern",
+            "2:4",
+            "--transposable",
+            f"--weights={name}",
+            mask,
+        ]
     if command == "report":
         report = str(out / "report")
         return nmsim_main, ["report", "--methods", "1d", "--quiet", "--out", report, "--", name]
