@@ -207,7 +207,7 @@ def iter_tensors(path: str | os.PathLike[str]) -> Iterator[TensorRecord]:
         ``.pt``/``.pth`` that ``torch.save`` did not write: "not a readable
         PyTorch checkpoint").
     FileNotFoundError
-        If the file does not exist.
+        If the file does not exist (a folder, FIFO or device: ``ValueError``).
     ImportError
         For ``.safetensors`` without the safetensors package, ``.pt`` without torch.
     """
@@ -239,7 +239,15 @@ def _existing(path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     _suffix(path, "path", READ_FORMATS)
     if not path.is_file():
-        raise FileNotFoundError(f"path={str(path)!r} does not exist or is not a file")
+        if path.is_dir():
+            raise ValueError(f"path={str(path)!r} is a folder, not a tensor file")
+        if path.exists():
+            # a FIFO would block the reader, a device never ends: neither is opened
+            raise ValueError(
+                f"path={str(path)!r} is not a regular file (a FIFO, socket or device); "
+                "it is not opened"
+            )
+        raise FileNotFoundError(f"path={str(path)!r} does not exist")
     return path
 
 

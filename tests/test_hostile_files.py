@@ -321,3 +321,29 @@ def test_npy_header_that_is_an_expression_is_named_without_a_memory_address(tmp_
     assert nmref_main(["check", str(path), "--pattern", "2:4"]) == 2
     line = capsys.readouterr().err.strip()
     assert "its header is not a Python literal" in line and "0x" not in line
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+@pytest.mark.parametrize("command", hostile.COMMANDS)
+def test_a_fifo_or_device_named_like_a_checkpoint_is_never_opened(
+    tmp_path, capsys, monkeypatch, corpus, command
+):
+    # mkfifo w.npy; ln -s /dev/zero z.npz: nmref said "does not exist or is not a file",
+    # nmsim compress/inspect "is empty" (opening the FIFO would block until a writer came)
+    os.mkfifo(tmp_path / "w.npy")
+    names = ["w.npy"]
+    if os.path.exists("/dev/zero"):
+        os.symlink("/dev/zero", tmp_path / "z.npz")
+        names.append("z.npz")
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.chdir(tmp_path)
+    for name in names:
+        main, argv = _argv(command, name, out)
+        status = main(argv)
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        if command == "report":
+            assert status == 2 and f"checkpoint {name!r} does not exist" in line  # report's own
+        else:
+            assert status == 2 and f"{name!r} is not a regular file" in line, line
+        assert os.listdir(out) == []

@@ -139,6 +139,11 @@ def _load(path: Path, what: str) -> Any:
         raise ValueError(f"{str(path)!r} is a folder; {what}")
     if not path.exists():
         raise ValueError(f"{str(path)!r} does not exist")
+    if not path.is_file():
+        # a FIFO would block np.load, a device never ends: neither is opened
+        raise ValueError(
+            f"{str(path)!r} is not a regular file (a FIFO, socket or device); it is not opened"
+        )
     if path.stat().st_size == 0:
         raise ValueError(f"{str(path)!r} is empty; {what}")
     with open(path, "rb") as handle:
