@@ -159,6 +159,15 @@ def _check_npz_members(path: Path, names: Sequence[str] | None = None) -> None:
     """
     budget = memory_budget()
     with zipfile.ZipFile(path) as archive:
+        seen: set[str] = set()
+        for info in archive.infolist():
+            # zipfile reads the last of two same-named members, list_tensors sees both: refuse
+            if info.filename in seen:
+                raise ValueError(
+                    f"member {info.filename.removesuffix('.npy')!r} appears more than once: "
+                    "an ambiguous archive"
+                )
+            seen.add(info.filename)
         for info in archive.infolist():
             name = info.filename.removesuffix(".npy")
             if names is not None and name not in names:

@@ -89,6 +89,18 @@ def _zip(members: dict[str, bytes], compress: int = zipfile.ZIP_STORED) -> bytes
     return buffer.getvalue()
 
 
+def _duplicate_members() -> bytes:
+    import warnings
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns of the duplicate name: the point here
+        for rows in (4, 8):
+            info = zipfile.ZipInfo("w.npy", date_time=_DATE)
+            archive.writestr(info, _npy(np.ones((rows, rows), np.float32)))
+    return buffer.getvalue()
+
+
 def _bomb() -> bytes:
     """An ``.npz`` whose one honest member inflates to :data:`BOMB_BYTES` of zeros."""
     buffer = io.BytesIO()
@@ -299,6 +311,23 @@ def _entries(marker: Path) -> list[tuple[Entry, bytes | None]]:
                     "format.npy": _npy(np.array("nmsim-2to4-v1")),
                 }
             ),
+        ),
+        (
+            Entry("npz_duplicate_member.npz", "two members named w.npy, 4x4 and 8x8"),
+            _duplicate_members(),
+        ),
+        (Entry("npz_no_members.npz", "a valid zip archive with no members"), _zip({})),
+        (
+            Entry("npz_negative_shape.npz", "a member declaring shape (-1, 4)"),
+            _zip({"w.npy": _npy_header("<f4", (-1, 4)) + f32}),
+        ),
+        (
+            Entry("npy_void_1gb.npy", "one element of a declared 10**9-byte void dtype, no data"),
+            _npy_header("|V1000000000", (1,)),
+        ),
+        (
+            Entry("pt_zip_without_data.pt", "a zip without the data.pkl torch.save writes"),
+            _zip({"archive/version": b"3\n"}),
         ),
         (
             Entry("npz_traversal.npz", "a member named ../../escape.npy holding garbage"),

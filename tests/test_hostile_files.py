@@ -347,3 +347,25 @@ def test_a_fifo_or_device_named_like_a_checkpoint_is_never_opened(
         else:
             assert status == 2 and f"{name!r} is not a regular file" in line, line
         assert os.listdir(out) == []
+
+
+def test_an_npz_with_two_members_named_w_is_refused_not_read_as_one_of_them(tmp_path, capsys):
+    # zip with w.npy (4x4) then w.npy (8x8): nmref mask wrote the mask of one of them, exit 0
+    path = tmp_path / "dup.npz"
+    path.write_bytes(hostile._duplicate_members())
+    out = tmp_path / "m.npz"
+    assert nmref_main(["mask", str(path), "--pattern", "2:4", "-o", str(out)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "member 'w' appears more than once: an ambiguous archive" in line
+    assert not out.exists()
+
+
+def test_compress_calls_an_npz_without_members_an_npz_archive(tmp_path, capsys):
+    # np.savez(path) with no arrays starts with the zip end record PK\x05\x06, not PK\x03\x04:
+    # compress said "neither a .npy array nor an .npz archive"
+    path = tmp_path / "empty.npz"
+    np.savez(path)
+    assert (
+        nmsim_main(["compress", str(path), "--dtype", "fp16", "-o", str(tmp_path / "o.npz")]) == 2
+    )
+    assert "is an .npz archive (0 array(s))" in capsys.readouterr().err

@@ -148,7 +148,8 @@ def _load(path: Path, what: str) -> Any:
         raise ValueError(f"{str(path)!r} is empty; {what}")
     with open(path, "rb") as handle:
         magic = handle.read(8)
-    is_zip = magic.startswith(b"PK\x03\x04")
+    # a zip archive starts with a local file header, or, when it has no members, its end record
+    is_zip = magic.startswith((b"PK\x03\x04", b"PK\x05\x06"))
     if not is_zip and not magic.startswith(b"\x93NUMPY"):
         # np.load would try these as pickles and say "pickled (object) data" of any bytes.
         found = (
