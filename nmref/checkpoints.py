@@ -200,6 +200,15 @@ def _check_npz_members(path: Path, names: Sequence[str] | None = None) -> None:
     """
     budget = memory_budget()
     with zipfile.ZipFile(path) as archive:
+        seen: set[str] = set()
+        for info in archive.infolist():
+            # zipfile reads the last of two same-named members, list_tensors sees both: refuse
+            if info.filename in seen:
+                raise ValueError(
+                    f"member {info.filename.removesuffix('.npy')!r} appears more than once: "
+                    "an ambiguous archive"
+                )
+            seen.add(info.filename)
         for info in archive.infolist():
             name = info.filename.removesuffix(".npy")
             if names is not None and name not in names:
@@ -248,7 +257,7 @@ def iter_tensors(path: str | os.PathLike[str]) -> Iterator[TensorRecord]:
         ``.pt``/``.pth`` that ``torch.save`` did not write: "not a readable
         PyTorch checkpoint").
     FileNotFoundError
-        If the file does not exist.
+        If the file does not exist (a folder, FIFO or device: ``ValueError``).
     ImportError
         For ``.safetensors`` without the safetensors package, ``.pt`` without torch.
     """
@@ -280,7 +289,15 @@ def _existing(path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     _suffix(path, "path", READ_FORMATS)
     if not path.is_file():
-        raise FileNotFoundError(f"path={str(path)!r} does not exist or is not a file")
+        if path.is_dir():
+            raise ValueError(f"path={str(path)!r} is a folder, not a tensor file")
+        if path.exists():
+            # a FIFO would block the reader, a device never ends: neither is opened
+            raise ValueError(
+                f"path={str(path)!r} is not a regular file (a FIFO, socket or device); "
+                "it is not opened"
+            )
+        raise FileNotFoundError(f"path={str(path)!r} does not exist")
     return path
 
 
@@ -331,7 +348,13 @@ def _first_line(error: BaseException) -> str:
     if isinstance(error, pickle.UnpicklingError):
         return "it holds pickled objects other than tensors, which weights_only loading refuses"
     lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
+    line = lines[0] if lines else type(error).__name__
+    # NumPy's words for a header that lies, in the reader's terms (and without a memory address)
+    if line.startswith("mmap length is greater than file size"):
+        return "its header declares more data than the file holds (truncated, or a lying header)"
+    if line.startswith("malformed node or string"):
+        return "its header is not a Python literal (a corrupt or hostile .npy header)"
+    return line
 
 
 _SAFETENSORS_DTYPES = {

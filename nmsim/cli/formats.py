@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from nmsim.cli.tables import printable
+
 FILE_FORMAT = "nmsim-2to4-v1"
 
 
@@ -121,7 +123,9 @@ def convert_for_kind(array: np.ndarray, kind: str) -> tuple[np.ndarray, str]:
 
 
 def _read_error(path: Path, error: BaseException) -> ValueError:
-    text = str(error).strip() or type(error).__name__
+    from nmref.checkpoints import _first_line
+
+    text = _first_line(error)
     if isinstance(error, EOFError):
         text = "the file is empty or truncated"
     elif isinstance(error, OSError) and error.strerror:
@@ -135,15 +139,51 @@ def _load(path: Path, what: str) -> Any:
         raise ValueError(f"{str(path)!r} is a folder; {what}")
     if not path.exists():
         raise ValueError(f"{str(path)!r} does not exist")
+    if not path.is_file():
+        # a FIFO would block np.load, a device never ends: neither is opened
+        raise ValueError(
+            f"{str(path)!r} is not a regular file (a FIFO, socket or device); it is not opened"
+        )
     if path.stat().st_size == 0:
         raise ValueError(f"{str(path)!r} is empty; {what}")
     with open(path, "rb") as handle:
-        magic = handle.read(4)
+        magic = handle.read(8)
+    # a zip archive starts with a local file header, or, when it has no members, its end record
+    is_zip = magic.startswith((b"PK\x03\x04", b"PK\x05\x06"))
+    if not is_zip and not magic.startswith(b"\x93NUMPY"):
+        # np.load would try these as pickles and say "pickled (object) data" of any bytes.
+        found = (
+            "a pickle, which is never loaded"
+            if magic[:1] == b"\x80"
+            else f"neither a .npy array nor an .npz archive (it starts with {magic!r})"
+        )
+        raise ValueError(f"{str(path)!r}: cannot read it: {found}; {what}")
     # np.load leaves its file open when a zip archive is broken: look first.
-    if magic == b"PK\x03\x04" and not zipfile.is_zipfile(path):
+    if is_zip and not zipfile.is_zipfile(path):
         raise ValueError(f"{str(path)!r}: cannot read it: a truncated or broken .npz (zip) archive")
     try:
-        return np.load(path, allow_pickle=False)
+        if is_zip:
+            from nmref.checkpoints import _check_npz_members
+
+            # refuse members whose header lies about their size, and zip bombs, before inflating
+            _check_npz_members(path)
+            return np.load(path, allow_pickle=False)
+        with open(path, "rb") as handle:
+            version = np.lib.format.read_magic(handle)
+            read_header = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
+            _, _, dtype = read_header(handle)
+        if dtype.hasobject:
+            raise ValueError(
+                "it holds Python objects (an object dtype), which are never unpickled "
+                "(allow_pickle=False)"
+            )
+        # memory-mapped: a header declaring more data than the file holds is refused, not
+        # allocated (np.load would first allocate what the header declares)
+        return np.load(path, mmap_mode="r", allow_pickle=False)
     except (EOFError, OSError, ValueError, zipfile.BadZipFile, UnicodeDecodeError) as error:
         raise _read_error(path, error) from None
 
@@ -181,8 +221,9 @@ def run_compress(args: argparse.Namespace) -> int:
     array = load_matrix(args.input)
     if array.ndim != 2:
         raise ValueError(
-            f"{args.input} holds shape {array.shape}; compress needs a 2-D (rows, reduction) "
-            "matrix: flatten conv weights with nmref.layouts.to_reduction_matrix first"
+            f"{str(args.input)!r} holds shape {array.shape}; compress needs a 2-D "
+            "(rows, reduction) matrix: flatten conv weights with "
+            "nmref.layouts.to_reduction_matrix first"
         )
     dense, note = convert_for_kind(array, args.dtype)
     values, metadata = compress_2to4(
@@ -203,7 +244,9 @@ def run_compress(args: argparse.Namespace) -> int:
             )
 
     written = write_output(args.output, write, force=args.force, inputs=(args.input,), flag="-o")
-    print(f"{args.input}: {dense.shape[0]} x {dense.shape[1]} {args.dtype} ({note})")
+    print(
+        f"{printable(str(args.input))}: {dense.shape[0]} x {dense.shape[1]} {args.dtype} ({note})"
+    )
     print(
         f"values {values.shape} {values.dtype}, metadata {metadata.shape} {metadata.dtype} "
         f"[{args.layout}]: {values.nbytes + metadata.nbytes} bytes vs {dense.nbytes} dense"
@@ -231,11 +274,15 @@ def load_compressed(path: Path) -> dict[str, Any]:
             data.files
         )
         if missing:
-            raise ValueError(f"{path} is not an nmsim compressed file: missing {sorted(missing)}")
+            raise ValueError(
+                f"{str(path)!r} is not an nmsim compressed file: missing {sorted(missing)}"
+            )
         try:
             file_format = str(data["format"])
             if file_format != FILE_FORMAT:
-                raise ValueError(f"{path} has format {file_format!r}, expected {FILE_FORMAT!r}")
+                raise ValueError(
+                    f"{str(path)!r} has format {file_format!r}, expected {FILE_FORMAT!r}"
+                )
             loaded = {
                 "values": data["values"],
                 "metadata": data["metadata"],
@@ -257,23 +304,23 @@ def _check_consistent(path: Path, data: dict[str, Any]) -> None:
     shape, values, metadata = data["shape"], data["values"], data["metadata"]
     if len(shape) != 2 or shape[1] % spec.dense_columns_per_word:
         raise ValueError(
-            f"{path}: recorded shape {shape} cannot hold {data['dtype_kind']} data: it needs "
-            f"2 dimensions and columns divisible by {spec.dense_columns_per_word}"
+            f"{str(path)!r}: recorded shape {shape} cannot hold {data['dtype_kind']} data: it "
+            f"needs 2 dimensions and columns divisible by {spec.dense_columns_per_word}"
         )
     if values.dtype != spec.storage_dtype:
         raise ValueError(
-            f"{path}: values have dtype {values.dtype}; {data['dtype_kind']} stores "
+            f"{str(path)!r}: values have dtype {values.dtype}; {data['dtype_kind']} stores "
             f"{spec.storage_dtype}"
         )
     if values.shape != (shape[0], shape[1] // 2):
         raise ValueError(
-            f"{path}: values have shape {values.shape}; the {shape[0]} x {shape[1]} matrix "
+            f"{str(path)!r}: values have shape {values.shape}; the {shape[0]} x {shape[1]} matrix "
             f"needs {(shape[0], shape[1] // 2)}"
         )
     expected = (shape[0], shape[1] // spec.dense_columns_per_word)
     if metadata.shape != expected:
         raise ValueError(
-            f"{path}: metadata has shape {metadata.shape}; the {shape[0]} x {shape[1]} "
+            f"{str(path)!r}: metadata has shape {metadata.shape}; the {shape[0]} x {shape[1]} "
             f"{data['dtype_kind']} matrix needs {expected}"
         )
 
@@ -303,7 +350,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     values = data["values"]
     positions = metadata_to_positions(data["metadata"], dtype_kind=kind, layout=layout)
     groups = positions.shape[0] * positions.shape[1]
-    print(f"{args.input}: {shape[0]} x {shape[1]} {kind}, metadata {layout}")
+    print(f"{printable(str(args.input))}: {shape[0]} x {shape[1]} {kind}, metadata {layout}")
     print(f"groups of {spec.group_size}: {groups}")
     print("kept positions (pattern: nibble, groups, share):")
     for pattern, count in sorted(pattern_histogram(positions, spec.group_size).items()):
