@@ -358,3 +358,17 @@ def test_non_utf8_checkpoint_name_does_not_break_report_out(tmp_path, capsys) ->
     status = nmsim_main(["report", str(path), "--methods", "1d", "--out", str(tmp_path / "o")])
     assert status == 0, capsys.readouterr().err
     assert (tmp_path / "o" / "report.json").exists()
+
+
+def test_report_on_a_folder_says_it_is_a_folder(tmp_path, capsys) -> None:
+    """Issue 20 (found by the hostile corpus): ``nmsim report`` on a folder named like a
+    checkpoint said "does not exist or is not a file"."""
+    from nmsim.cli import main as nmsim_main
+
+    folder = tmp_path / "model.safetensors"
+    folder.mkdir()
+    assert nmsim_main(["report", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "is a folder, not a checkpoint file" in err and err.count("\n") == 1
+    assert nmsim_main(["report", str(tmp_path / "missing.safetensors")]) == 2
+    assert "does not exist" in capsys.readouterr().err

@@ -245,7 +245,15 @@ def resolve_source(checkpoint: str | None) -> tuple[Source, dict[str, Any]]:
                 f"({names}) nor a file ending in {', '.join(READ_FORMATS)}"
             )
         if not path.is_file():
-            raise FileNotFoundError(f"checkpoint {checkpoint!r} does not exist or is not a file")
+            if path.is_dir():
+                raise ValueError(f"checkpoint {checkpoint!r} is a folder, not a checkpoint file")
+            if path.exists():
+                # a FIFO would block the reader, a device never ends: neither is opened
+                raise ValueError(
+                    f"checkpoint {checkpoint!r} is not a regular file (a FIFO, socket or "
+                    "device); it is not opened"
+                )
+            raise FileNotFoundError(f"checkpoint {checkpoint!r} does not exist")
         block = {"source": str(path), "kind": "file", "synthetic": False}
     metadata = _file_metadata(path)
     block["description"] = metadata.get("model", f"{path.name} ({path.suffix[1:]} checkpoint)")
