@@ -190,6 +190,22 @@ def memory_budget() -> int:
     return int(value * 2**30)
 
 
+def read_npy_header(handle: object) -> tuple[tuple[int, ...], np.dtype, int]:
+    """``(shape, dtype, header bytes)`` of the ``.npy`` stream at ``handle``; reads no data.
+
+    The one place the project parses a ``.npy`` header (``.npz`` members, ``nmsim
+    compress``/``inspect``): sizes are checked against it before anything is allocated.
+    """
+    version = np.lib.format.read_magic(handle)
+    read_header = (
+        np.lib.format.read_array_header_1_0
+        if version == (1, 0)
+        else np.lib.format.read_array_header_2_0
+    )
+    shape, _, dtype = read_header(handle)
+    return tuple(shape), dtype, handle.tell()  # type: ignore[attr-defined]
+
+
 def _check_npz_members(path: Path, names: Sequence[str] | None = None) -> None:
     """Refuse ``.npz`` members whose header lies about their size or that exceed the budget.
 
@@ -214,14 +230,7 @@ def _check_npz_members(path: Path, names: Sequence[str] | None = None) -> None:
             if names is not None and name not in names:
                 continue
             with archive.open(info) as handle:
-                version = np.lib.format.read_magic(handle)
-                read_header = (
-                    np.lib.format.read_array_header_1_0
-                    if version == (1, 0)
-                    else np.lib.format.read_array_header_2_0
-                )
-                shape, _, dtype = read_header(handle)
-                header_bytes = handle.tell()
+                shape, dtype, header_bytes = read_npy_header(handle)
             declared = int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
             if dtype.hasobject:
                 continue  # np.load(allow_pickle=False) refuses these itself
@@ -285,19 +294,27 @@ def iter_tensors(path: str | os.PathLike[str]) -> Iterator[TensorRecord]:
 # ----------------------------------------------------------------------------
 
 
+def check_regular_file(path: Path, named: str, noun: str = "tensor file") -> None:
+    """Refuse a folder, FIFO, socket or device, or a missing path, in one line.
+
+    ``named`` is how the message names the path (``"path='w.npy'"``, ``"checkpoint
+    'w.npy'"``). Nothing is opened: a FIFO would block the reader, a device never ends.
+    """
+    if path.is_file():
+        return
+    if path.is_dir():
+        raise ValueError(f"{named} is a folder, not a {noun}")
+    if path.exists():
+        raise ValueError(
+            f"{named} is not a regular file (a FIFO, socket or device); it is not opened"
+        )
+    raise FileNotFoundError(f"{named} does not exist")
+
+
 def _existing(path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     _suffix(path, "path", READ_FORMATS)
-    if not path.is_file():
-        if path.is_dir():
-            raise ValueError(f"path={str(path)!r} is a folder, not a tensor file")
-        if path.exists():
-            # a FIFO would block the reader, a device never ends: neither is opened
-            raise ValueError(
-                f"path={str(path)!r} is not a regular file (a FIFO, socket or device); "
-                "it is not opened"
-            )
-        raise FileNotFoundError(f"path={str(path)!r} does not exist")
+    check_regular_file(path, f"path={str(path)!r}")
     return path
 
 
@@ -469,13 +486,7 @@ def list_tensors(path: str | os.PathLike[str]) -> list[TensorInfo]:
             with zipfile.ZipFile(path) as archive:
                 for member in archive.namelist():
                     with archive.open(member) as handle:
-                        version = np.lib.format.read_magic(handle)
-                        read_header = (
-                            np.lib.format.read_array_header_1_0
-                            if version == (1, 0)
-                            else np.lib.format.read_array_header_2_0
-                        )
-                        shape, _, dtype = read_header(handle)
+                        shape, dtype, _ = read_npy_header(handle)
                     name = member.removesuffix(".npy")
                     infos.append(TensorInfo(name, tuple(shape), str(dtype)))
             return infos

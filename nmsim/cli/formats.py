@@ -168,14 +168,10 @@ def _load(path: Path, what: str) -> Any:
             # refuse members whose header lies about their size, and zip bombs, before inflating
             _check_npz_members(path)
             return np.load(path, allow_pickle=False)
+        from nmref.checkpoints import read_npy_header
+
         with open(path, "rb") as handle:
-            version = np.lib.format.read_magic(handle)
-            read_header = (
-                np.lib.format.read_array_header_1_0
-                if version == (1, 0)
-                else np.lib.format.read_array_header_2_0
-            )
-            _, _, dtype = read_header(handle)
+            _, dtype, _ = read_npy_header(handle)
         if dtype.hasobject:
             raise ValueError(
                 "it holds Python objects (an object dtype), which are never unpickled "

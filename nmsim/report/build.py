@@ -29,7 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from nmref.checkpoints import READ_FORMATS, TensorInfo, TensorRecord, list_tensors, read_tensor
+from nmref.checkpoints import (
+    READ_FORMATS,
+    TensorInfo,
+    TensorRecord,
+    check_regular_file,
+    list_tensors,
+    read_tensor,
+)
 from nmref.layouts import LAYOUTS, default_layout, to_reduction_shape
 from nmref.patterns import Pattern, parse_pattern
 from nmsim.report.methods import (
@@ -244,16 +251,7 @@ def resolve_source(checkpoint: str | None) -> tuple[Source, dict[str, Any]]:
                 f"checkpoint {checkpoint!r} is neither a built-in model "
                 f"({names}) nor a file ending in {', '.join(READ_FORMATS)}"
             )
-        if not path.is_file():
-            if path.is_dir():
-                raise ValueError(f"checkpoint {checkpoint!r} is a folder, not a checkpoint file")
-            if path.exists():
-                # a FIFO would block the reader, a device never ends: neither is opened
-                raise ValueError(
-                    f"checkpoint {checkpoint!r} is not a regular file (a FIFO, socket or "
-                    "device); it is not opened"
-                )
-            raise FileNotFoundError(f"checkpoint {checkpoint!r} does not exist")
+        check_regular_file(path, f"checkpoint {checkpoint!r}", noun="checkpoint file")
         block = {"source": str(path), "kind": "file", "synthetic": False}
     metadata = _file_metadata(path)
     block["description"] = metadata.get("model", f"{path.name} ({path.suffix[1:]} checkpoint)")
