@@ -34,7 +34,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from nmref._validation import LAYOUTS, check_layout
+from nmref._validation import LAYOUTS, check_layout, check_shape
 
 __all__ = ["LAYOUTS", "Layout", "default_layout", "from_reduction_matrix", "to_reduction_matrix"]
 
@@ -128,7 +128,7 @@ def from_reduction_matrix(
         layout implies for ``shape``.
     """
     array = np.asarray(matrix)
-    shape = tuple(int(s) for s in shape)
+    shape = check_shape(shape, "shape")
     if layout is None:
         layout = default_layout(len(shape))
     check_layout(layout, len(shape))
@@ -160,7 +160,7 @@ def to_reduction_shape(shape: tuple[int, ...], layout: Layout | None = None) -> 
     >>> to_reduction_shape((64, 32, 3, 3), "flat")
     (64, 288)
     """
-    shape = tuple(int(s) for s in shape)
+    shape = check_shape(shape, "shape")
     if layout is None:
         layout = default_layout(len(shape))
     check_layout(layout, len(shape))

@@ -1,0 +1,58 @@
+"""Regressions for what tests/fuzz found in nmref's remaining public functions (issue 20).
+
+Each test writes the input the fuzz suite drew, literally.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import nmref
+
+
+def test_to_reduction_shape_refuses_a_fractional_dimension_instead_of_truncating_it() -> None:
+    # (2.5, 4) was read as (2, 4): a shape nobody passed.
+    with pytest.raises(TypeError, match=r"shape\[0\]=2.5 must be an integer"):
+        nmref.to_reduction_shape((2.5, 4))
+    with pytest.raises(ValueError, match=r"shape\[0\]=-1 must be >= 0"):
+        nmref.to_reduction_shape((-1, 4))
+    assert nmref.to_reduction_shape((np.int64(64), 32, 3, 3), "channels") == (576, 32)
+
+
+def test_count_transposable_patterns_with_a_huge_m_is_a_value_error_not_a_recursion_error() -> None:
+    with pytest.raises(ValueError, match=r"m=1180591620717411303424, n=1: counting needs"):
+        nmref.count_transposable_patterns(2**70, 1)
+    with pytest.raises(ValueError, match="states"):
+        nmref.count_transposable_patterns(40, 20)
+    assert nmref.count_transposable_patterns(300, 1) > 0  # m! still counts, deep recursion
+
+
+def test_select_blocks_refuses_complex_scores_and_non_bool_candidates() -> None:
+    # Complex scores lost their imaginary part with a ComplexWarning; 0.5 was a candidate.
+    with pytest.raises(TypeError, match="scores must have a bool, integer or float"):
+        nmref.select_blocks(np.array([[1 + 2j, 0.5]]), np.ones((1, 2), bool), 1)
+    with pytest.raises(TypeError, match="candidates must be a bool array"):
+        nmref.select_blocks(np.array([[1.0, 0.5]]), np.array([[0.5, 1.0]]), 1)
+
+
+def test_verify_certificate_refuses_complex_potentials() -> None:
+    scores = np.abs(np.random.default_rng(0).standard_normal((4, 4)))
+    found = nmref.transposable_certificate(scores, 2, 4)
+    with pytest.raises(TypeError, match="row_potentials must have"):
+        nmref.verify_certificate(
+            scores, found.mask, found.row_potentials + 0j, found.column_potentials, 2, 4
+        )
+
+
+def test_sgd_step_on_an_infinite_weight_follows_ieee_without_a_warning() -> None:
+    # w=[[inf, 0], [0, 0]], g=w, momentum 0.9: inf - 0.1 * inf = NaN (spec srste.md section 2:
+    # +-inf pass through), which used to come with "invalid value encountered in subtract".
+    weight = np.array([[np.inf, 0.0], [0.0, 0.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        new_weight, velocity = nmref.sgd_step(weight, weight, lr=0.1, momentum=0.9)
+    assert np.isnan(new_weight[0, 0]) and velocity[0, 0] == np.inf
+    np.testing.assert_array_equal(new_weight.ravel()[1:], 0.0)
