@@ -56,3 +56,34 @@ def test_sgd_step_on_an_infinite_weight_follows_ieee_without_a_warning() -> None
         new_weight, velocity = nmref.sgd_step(weight, weight, lr=0.1, momentum=0.9)
     assert np.isnan(new_weight[0, 0]) and velocity[0, 0] == np.inf
     np.testing.assert_array_equal(new_weight.ravel()[1:], 0.0)
+
+
+def test_case_generators_refuse_a_negative_count_instead_of_returning_nothing() -> None:
+    import nmref.testing as kit
+
+    with pytest.raises(ValueError, match="count=-1 must be a non-negative integer"):
+        list(kit.generate_cases("tie_free", "float16", -1))
+    with pytest.raises(ValueError, match="count=-1 must be a non-negative integer"):
+        kit.training_cases(-1)
+    with pytest.raises(ValueError, match="dtype='int8' must be one of"):
+        kit.training_cases(2, dtype="int8")
+
+
+def test_round_to_bfloat16_refuses_complex_and_saturates_float64_without_a_warning() -> None:
+    import nmref.testing as kit
+
+    with pytest.raises(TypeError, match="values must be a real numeric array"):
+        kit.round_to_bfloat16(np.array([1 + 1j]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert kit.round_to_bfloat16(np.array([3.40282357e38]))[0] == np.inf
+
+
+def test_training_check_reports_string_outputs_as_a_failure() -> None:
+    # impl returned ("y", "dx", "dw"): np.asarray(..., dtype=float64) raised inside the kit.
+    import nmref.testing as kit
+
+    report = kit.check_sparse_training(
+        lambda x, w, dy, n, m: ("y", "dx", "dw"), decay=0.25, raise_on_failure=False
+    )
+    assert not report.ok and "not a real numeric array" in report.failures[0].message
