@@ -234,7 +234,7 @@ def test_compare_masks_reports_any_output_as_a_failure_or_a_match(how: str) -> N
     expected = nmref.nm_mask(scores, 2, 4)
     try:
         got = HOSTILE[how](scores, 2, 4)
-    except Exception:  # noqa: BLE001 - the kit never sees an output here
+    except Exception:  # the implementation raised: the kit never sees an output
         return
     failure, gap = kit.compare_masks("nm_mask", case, got, expected, scores, lambda a: a)
     assert failure is not None and isinstance(failure.message, str), how
