@@ -113,7 +113,10 @@ def check_real(value: object, name: str) -> float:
     """``value`` as a ``float``; ``TypeError`` unless it is a real number (not ``bool``)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name}={value!r} must be a real number")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond float64
+        raise ValueError(f"{name}={value!r} is beyond the float64 range") from None
 
 
 def check_nonnegative(value: object, name: str) -> float:

@@ -34,7 +34,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from nmref._validation import LAYOUTS, check_layout, check_shape
+from nmref._validation import LAYOUTS, check_integer, check_layout, check_shape
 
 __all__ = ["LAYOUTS", "Layout", "default_layout", "from_reduction_matrix", "to_reduction_matrix"]
 
@@ -51,6 +51,7 @@ def default_layout(ndim: int) -> Layout:
     ValueError
         If ``ndim < 2``.
     """
+    ndim = check_integer(ndim, "ndim")
     if ndim < 2:
         raise ValueError(f"weight must have ndim >= 2 to have a layout, got ndim={ndim}")
     return "linear" if ndim == 2 else "channels"

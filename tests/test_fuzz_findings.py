@@ -87,3 +87,68 @@ def test_training_check_reports_string_outputs_as_a_failure() -> None:
         lambda x, w, dy, n, m: ("y", "dx", "dw"), decay=0.25, raise_on_failure=False
     )
     assert not report.ok and "not a real numeric array" in report.failures[0].message
+
+
+def test_model_layers_names_a_non_string_model_and_an_unknown_option() -> None:
+    import nmsim
+
+    with pytest.raises(TypeError, match="model=None must be a str"):
+        nmsim.model_layers(None)  # was AttributeError: 'NoneType' object has no attribute 'strip'
+    with pytest.raises(TypeError, match="option 'seq_len' is not one of model 'resnet18'"):
+        nmsim.model_layers("resnet18", seq_len=64)
+    with pytest.raises(ValueError, match="seq_len=-1 must be a positive integer"):
+        nmsim.model_layers("bert-base", seq_len=-1)  # was about layer positions
+
+
+def test_training_flops_and_estimate_step_name_a_bad_model_or_number() -> None:
+    import nmsim
+
+    with pytest.raises(TypeError, match="model must be a built-in model name"):
+        nmsim.training_flops(None, "dense")  # was "'NoneType' object is not iterable"
+    with pytest.raises(ValueError, match="epochs=10000"):
+        nmsim.training_flops("resnet18", "dense", epochs=10**400)  # was OverflowError
+    with pytest.raises(TypeError, match="non_gemm_fraction='1' must be a real number"):
+        nmsim.estimate_step("resnet18", "dense", "2:4", "h100-sxm", 8, non_gemm_fraction="1")
+    with pytest.raises(ValueError, match="non_gemm_fraction=.* beyond the float64 range"):
+        nmsim.estimate_step("resnet18", "dense", "2:4", "h100-sxm", 8, non_gemm_fraction=10**400)
+
+
+def test_calibrate_checks_its_settings_and_rows_before_fitting() -> None:
+    import nmsim
+    from nmsim.perf.corpus import load_corpus
+
+    rows = load_corpus()[1][:5]
+    with pytest.raises(ValueError, match="sweeps=-1 must be a positive integer"):
+        nmsim.calibrate(rows, sweeps=-1)  # was IndexError deep in the fit
+    with pytest.raises(ValueError, match="iterations=0 must be a positive integer"):
+        nmsim.calibrate(rows, iterations=0)
+    with pytest.raises(TypeError, match="cross_validation='yes' must be True or False"):
+        nmsim.calibrate(rows, cross_validation="yes")
+    with pytest.raises(TypeError, match=r"rows\[0\] is a int, not a nmsim.perf.corpus.Measurement"):
+        nmsim.calibrate([1, 2])  # was AttributeError: 'int' object has no attribute 'library'
+    with pytest.raises(ValueError, match="rows is empty"):
+        nmsim.calibrate([])
+
+
+def test_layers_from_torch_names_a_non_module_and_a_sample_it_cannot_run() -> None:
+    torch = pytest.importorskip("torch")
+    import nmsim
+
+    with pytest.raises(TypeError, match="module must be a torch.nn.Module, got NoneType"):
+        nmsim.layers_from_torch(None, torch.zeros(3, 8))
+    with pytest.raises(ValueError, match=r"module\(sample_input\) failed"):
+        nmsim.layers_from_torch(torch.nn.Linear(8, 4), torch.zeros(3, 5))  # was RuntimeError
+
+
+def test_default_layout_names_a_non_integer_ndim() -> None:
+    with pytest.raises(TypeError, match="ndim='2' must be an integer"):
+        nmref.default_layout("2")  # was "'<' not supported between 'str' and 'int'"
+
+
+def test_conformance_checks_name_their_own_dtype_and_method_arguments() -> None:
+    import nmref.testing as kit
+
+    with pytest.raises(ValueError, match="dtype='float99' must be one of"):
+        kit.check_nm_mask(nmref.nm_mask, dtype="float99")  # said dtype_name=
+    with pytest.raises(ValueError, match="method='approx' must be one of"):
+        kit.check_transposable_mask(nmref.transposable_mask, method="approx")  # was read as greedy

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -157,10 +158,18 @@ def same(first: Any, second: Any) -> None:
         assert first == second or (first != first and second != second)
 
 
-def names_an_argument(error: BaseException, function: Callable) -> bool:
-    parameters = set(inspect.signature(function).parameters)
-    parameters |= {"scores", "weights", "weight", "mask", "masks", "n", "m", "pattern"}
-    return any(name in str(error) for name in parameters)
+def names_an_argument(
+    error: BaseException, function: Callable, keywords: tuple[str, ...] = ()
+) -> bool:
+    """Whether the message names one of ``function``'s parameters (or of the keywords it
+    was given, for a ``**options`` signature), as a whole word."""
+    parameters = set(inspect.signature(function).parameters) - {"args", "kwargs", "options"}
+    parameters |= set(keywords)
+    parameters |= {"scores", "weights", "weight", "mask", "masks", "pattern", "gpu", "model"}
+    if "pattern" in parameters:
+        parameters |= {"n", "m"}  # "n=5 must be <= m=4" names the pattern's parts
+    text = str(error)
+    return any(re.search(rf"\b{re.escape(name)}\b", text) for name in parameters)
 
 
 def two_outcomes(function: Callable, args: tuple, kwargs: dict) -> tuple[str, Any]:
@@ -168,7 +177,7 @@ def two_outcomes(function: Callable, args: tuple, kwargs: dict) -> tuple[str, An
     try:
         return "ok", function(*args, **kwargs)
     except (ValueError, TypeError) as error:
-        assert names_an_argument(error, function), f"{function.__name__}: {error!r}"
+        assert names_an_argument(error, function, tuple(kwargs)), f"{function.__name__}: {error!r}"
         return "error", error
 
 
