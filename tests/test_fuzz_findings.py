@@ -109,7 +109,7 @@ def test_training_flops_and_estimate_step_name_a_bad_model_or_number() -> None:
         nmsim.training_flops("resnet18", "dense", epochs=10**400)  # was OverflowError
     with pytest.raises(TypeError, match="non_gemm_fraction='1' must be a real number"):
         nmsim.estimate_step("resnet18", "dense", "2:4", "h100-sxm", 8, non_gemm_fraction="1")
-    with pytest.raises(ValueError, match="non_gemm_fraction=.* beyond the float64 range"):
+    with pytest.raises(ValueError, match=r"non_gemm_fraction=.* beyond the float64 range"):
         nmsim.estimate_step("resnet18", "dense", "2:4", "h100-sxm", 8, non_gemm_fraction=10**400)
 
 
@@ -134,7 +134,7 @@ def test_layers_from_torch_names_a_non_module_and_a_sample_it_cannot_run() -> No
     torch = pytest.importorskip("torch")
     import nmsim
 
-    with pytest.raises(TypeError, match="module must be a torch.nn.Module, got NoneType"):
+    with pytest.raises(TypeError, match=r"module must be a torch\.nn\.Module, got NoneType"):
         nmsim.layers_from_torch(None, torch.zeros(3, 8))
     with pytest.raises(ValueError, match=r"module\(sample_input\) failed"):
         nmsim.layers_from_torch(torch.nn.Linear(8, 4), torch.zeros(3, 5))  # was RuntimeError

@@ -30,8 +30,8 @@ Mishra et al. 2021 (ASP). Specs: ``specs/flops.md``, ``specs/bimask.md``, ``spec
 from __future__ import annotations
 
 import math
-import sys
 import numbers
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
