@@ -152,3 +152,71 @@ def test_conformance_checks_name_their_own_dtype_and_method_arguments() -> None:
         kit.check_nm_mask(nmref.nm_mask, dtype="float99")  # said dtype_name=
     with pytest.raises(ValueError, match="method='approx' must be one of"):
         kit.check_transposable_mask(nmref.transposable_mask, method="approx")  # was read as greedy
+
+
+def test_torch_masks_of_a_meta_tensor_say_a_mask_needs_values() -> None:
+    torch = pytest.importorskip("torch")
+    import nmsim.torch as nt
+
+    meta = torch.empty(4, 8, device="meta")
+    with pytest.raises(TypeError, match="scores is a meta tensor"):
+        nt.nm_mask(meta, 2, 4)  # was RuntimeError: Tensor.item() cannot be called on meta tensors
+    with pytest.raises(TypeError, match="weights is a meta tensor"):
+        nt.magnitude_mask(meta, 2, 4)
+    assert nt.to_reduction_matrix(meta).device.type == "meta"  # shape-only work still runs
+
+
+def test_torch_functions_name_a_numpy_argument() -> None:
+    pytest.importorskip("torch")
+    import nmsim.torch as nt
+
+    array = np.ones((4, 8), np.float32)
+    with pytest.raises(TypeError, match=r"weights must be a torch\.Tensor, got ndarray"):
+        nt.to_magnitude_keys(array)  # was AttributeError: ... 'is_floating_point'
+    with pytest.raises(TypeError, match=r"weight must be a torch\.Tensor, got ndarray"):
+        nt.to_reduction_matrix(array)
+    with pytest.raises(TypeError, match=r"weight must be a torch\.Tensor, got ndarray"):
+        nt.sparse_weight(array)  # was AttributeError: ... 'detach'
+
+
+def test_torch_layouts_of_zero_size_weights_have_the_nmref_shape() -> None:
+    torch = pytest.importorskip("torch")
+    import nmsim.torch as nt
+
+    # reshape(out, -1) and reshape(-1, in) are ambiguous without elements: RuntimeError
+    assert tuple(nt.to_reduction_matrix(torch.zeros(0, 2, 3), "flat").shape) == (0, 6)
+    assert tuple(nt.to_reduction_matrix(torch.zeros(1, 0, 2), "channels").shape) == (2, 0)
+    assert nmref.to_reduction_matrix(np.zeros((1, 0, 2)), "channels").shape == (2, 0)
+
+
+def test_torch_srste_gradient_checks_like_nmref() -> None:
+    torch = pytest.importorskip("torch")
+    import nmsim.torch as nt
+
+    w = torch.ones(2, 4)
+    with pytest.raises(TypeError, match="mask must be a bool tensor"):
+        nt.srste_gradient(w, w, torch.ones(2, 4), 0.5)  # a float mask was used as a condition
+    with pytest.raises(ValueError, match="must have one shape"):
+        nt.srste_gradient(w, w, torch.ones(1, 2, 4, dtype=torch.bool), 0.5)
+    with pytest.raises(ValueError, match=r"decay=-1\.0"):
+        nt.srste_gradient(w, w, w > 0, -1.0)
+
+
+def test_sparsify_names_a_non_module_and_a_filter_that_matches_nothing() -> None:
+    torch = pytest.importorskip("torch")
+    import nmsim.torch as nt
+
+    with pytest.raises(TypeError, match=r"model must be a torch\.nn\.Module, got NoneType"):
+        nt.sparsify(None)  # was AttributeError: ... 'named_modules'
+    with pytest.raises(TypeError, match="include=3 must be a regular expression"):
+        nt.sparsify(torch.nn.Linear(8, 8), include=3)
+    with pytest.raises(ValueError, match=r"include='nomatch' matched no nn\.Linear"):
+        nt.sparsify(torch.nn.Sequential(torch.nn.Linear(8, 8)), include="nomatch")
+
+
+def test_golden_implementation_names_a_vector_that_is_not_one() -> None:
+    pytest.importorskip("torch")
+    import nmsim.torch as nt
+
+    with pytest.raises(TypeError, match=r"vector must be a nmref\.testing\.golden\.GoldenVector"):
+        nt.golden_implementation("nm_mask")  # was AttributeError: ... 'function'
