@@ -220,3 +220,43 @@ def test_golden_implementation_names_a_vector_that_is_not_one() -> None:
 
     with pytest.raises(TypeError, match=r"vector must be a nmref\.testing\.golden\.GoldenVector"):
         nt.golden_implementation("nm_mask")  # was AttributeError: ... 'function'
+
+
+def _vectors_folder(tmp_path, manifest_text: str):
+    folder = tmp_path / "vectors"
+    folder.mkdir()
+    (folder / "manifest.json").write_text(manifest_text)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("manifest", "message"),
+    [
+        ("{", "manifest.json is not UTF-8 JSON"),  # was json's message without the file
+        ('{"vectors": 3}', "schema_version=None is not 1"),
+        ('{"schema_version": 1, "vectors": 3}', "'vectors' must be a list"),
+        (
+            '{"schema_version": 1, "vectors": [{"name": "x", "file": "../../etc/passwd",'
+            ' "function": "nm_mask", "n": 2, "m": 4, "dtype": "float32", "sha256": "0"}]}',
+            "file='../../etc/passwd' must be a plain .npz file name inside the folder",
+        ),  # was read: 'outside/../../etc/passwd'
+        ('{"schema_version": 1, "vectors": [{"name": 3}]}', "name=3 must be a str"),
+    ],
+    ids=["not-json", "no-schema", "vectors-not-list", "path-traversal", "wrong-type"],
+)
+def test_verify_refuses_a_hostile_vectors_folder_in_one_line(tmp_path, capsys, manifest, message):
+    from nmsim.cli import main
+
+    folder = _vectors_folder(tmp_path, manifest)
+    assert main(["verify", "--vectors", str(folder), "--only", "golden"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and "vectors" in err[0], err
+
+
+def test_verify_on_a_folder_without_a_manifest_is_an_error_not_a_note(tmp_path, capsys):
+    from nmsim.cli import main
+
+    assert main(["verify", "--vectors", str(tmp_path), "--only", "golden"]) == 2
+    err = capsys.readouterr().err
+    # it printed "no manifest.json (not checked)", then "--only 'golden' matches no suite"
+    assert "has no manifest.json" in err and "matches no suite" not in err
