@@ -83,6 +83,23 @@ def check_count(value: object, name: str, *, minimum: int = 0) -> int:
     return int(value)  # type: ignore[call-overload]
 
 
+def check_shape(shape: object, name: str) -> tuple[int, ...]:
+    """``shape`` as a tuple of non-negative ``int``; ``2.5`` or ``-1`` would be truncated or
+    wrap around if passed on, so they are refused (``TypeError`` / ``ValueError``)."""
+    if is_integer(shape):
+        shape = (shape,)
+    try:
+        dims = tuple(shape)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{name}={shape!r} must be a tuple of integers") from None
+    for axis, size in enumerate(dims):
+        if not is_integer(size):
+            raise TypeError(f"{name}[{axis}]={size!r} must be an integer (in {name}={dims!r})")
+        if size < 0:
+            raise ValueError(f"{name}[{axis}]={size!r} must be >= 0 (in {name}={dims!r})")
+    return tuple(int(size) for size in dims)
+
+
 def check_positive_integer(value: object, name: str) -> int:
     """``value`` as an ``int >= 1``: ``TypeError`` for a non-integer, ``ValueError`` below 1."""
     if not is_integer(value):
@@ -96,7 +113,10 @@ def check_real(value: object, name: str) -> float:
     """``value`` as a ``float``; ``TypeError`` unless it is a real number (not ``bool``)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name}={value!r} must be a real number")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond float64
+        raise ValueError(f"{name}={value!r} is beyond the float64 range") from None
 
 
 def check_nonnegative(value: object, name: str) -> float:

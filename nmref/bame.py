@@ -43,11 +43,13 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from nmref._validation import (
+    as_scores,
     check_choice,
     check_count,
     check_float_dtype,
     check_integer,
     check_real,
+    refuse_masked,
 )
 from nmref.masks import is_nm, nm_mask
 from nmref.patterns import check_pattern
@@ -785,8 +787,11 @@ def select_blocks(scores: ArrayLike, candidates: ArrayLike, budget: int) -> NDAr
     >>> select_blocks(np.array([[0.5, 2.0, 2.0, -1.0]]), np.ones((1, 4), bool), 2).astype(int)
     array([[0, 1, 1, 0]])
     """
-    score_array = np.asarray(scores, dtype=np.float64)
-    candidate_array = np.asarray(candidates, dtype=bool)
+    score_array = as_scores(scores).astype(np.float64)
+    refuse_masked(candidates, "candidates")
+    candidate_array = np.asarray(candidates)
+    if candidate_array.dtype != np.bool_:
+        raise TypeError(f"candidates must be a bool array, got dtype={candidate_array.dtype}")
     check_selection(score_array.shape, candidate_array.shape, budget)
     if np.isnan(score_array[candidate_array]).any():
         raise ValueError("scores must not be NaN at candidate blocks")

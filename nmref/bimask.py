@@ -52,7 +52,7 @@ from nmref._validation import (
     is_integer,
 )
 from nmref.layouts import Layout, default_layout, from_reduction_matrix, to_reduction_matrix
-from nmref.masks import nm_mask, to_magnitudes
+from nmref.masks import magnitude_mask, nm_mask, to_magnitudes
 from nmref.patterns import Pattern, check_pattern
 from nmref.srste import SRSTE_DEFAULT_DECAY, as_binary_mask, srste_gradient
 
@@ -246,17 +246,17 @@ def forward_mask(
     pattern = check_pattern(n, m)
     array = _as_weight(weight)
     resolved = _resolve_layout(array.shape, layout, straddle)
-    matrix = to_reduction_matrix(array, resolved)
     if not straddle:
-        kept = nm_mask(to_magnitudes(matrix), pattern.n, pattern.m)
-    else:
-        if matrix.size % pattern.m:
-            raise ValueError(
-                f"straddle=True groups the whole weight ({matrix.size} entries) in groups of "
-                f"m={pattern.m}; its size must be a multiple of m"
-            )
-        flat = to_magnitudes(matrix).reshape(-1, pattern.m)
-        kept = nm_mask(flat, pattern.n, pattern.m).reshape(matrix.shape)
+        # the 1-D magnitude mask itself: |w| ranked inside the kernel, without a copy of |w|
+        return magnitude_mask(array, pattern.n, pattern.m, layout=resolved)
+    matrix = to_reduction_matrix(array, resolved)
+    if matrix.size % pattern.m:
+        raise ValueError(
+            f"straddle=True groups the whole weight ({matrix.size} entries) in groups of "
+            f"m={pattern.m}; its size must be a multiple of m"
+        )
+    flat = to_magnitudes(matrix).reshape(-1, pattern.m)
+    kept = nm_mask(flat, pattern.n, pattern.m).reshape(matrix.shape)
     return from_reduction_matrix(kept, array.shape, resolved)
 
 
@@ -288,6 +288,10 @@ def _backward_keep(
         chosen = nm_mask(keys, pattern.n, pattern.m, axis=-1)
     chosen &= survivors
     return chosen
+
+
+#: Weight entries per band of :func:`backward_mask`'s permuted copy (issue 20: memory).
+BACKWARD_BAND_ELEMENTS = 1 << 22
 
 
 def backward_mask(
@@ -370,14 +374,20 @@ def backward_mask(
     # Lay the blocks out as (taps, reduction, out) with the output rows permuted: the
     # fancy index makes the one weight-sized copy, already contiguous along the backward
     # groups; |w| and the blanking of non-survivors then happen in place (issue 20: memory).
-    survivors_by_column = _take_by_column(survivors, order)
-    keys = _take_by_column(_to_blocks(array, resolved), order)
-    np.abs(keys, out=keys)
-    np.copyto(keys, -np.inf if rank == "survivors" else 0.0, where=~survivors_by_column)
-    kept_by_column = _backward_keep(keys, survivors_by_column, pattern, straddle)
-    del keys
+    # Reduction columns are independent (a backward group lies inside one column), so the
+    # copy is made a band of columns at a time; a straddling group spans columns: one band.
+    blocks = _to_blocks(array, resolved)
+    taps, _, reduction = blocks.shape
+    band = reduction if straddle else max(1, BACKWARD_BAND_ELEMENTS // max(taps * out_channels, 1))
     kept = np.empty(survivors.shape, dtype=bool)
-    np.moveaxis(kept, 1, -1)[..., order] = kept_by_column
+    for start in range(0, reduction, band):
+        columns = slice(start, start + band)
+        survivors_by_column = _take_by_column(survivors[:, :, columns], order)
+        keys = _take_by_column(blocks[:, :, columns], order)
+        np.abs(keys, out=keys)
+        np.copyto(keys, -np.inf if rank == "survivors" else 0.0, where=~survivors_by_column)
+        kept_by_column = _backward_keep(keys, survivors_by_column, pattern, straddle)
+        np.moveaxis(kept[:, :, columns], 1, -1)[..., order] = kept_by_column
     return _from_blocks(kept, array.shape, resolved)
 
 

@@ -203,6 +203,10 @@ def read_npy_header(handle: object) -> tuple[tuple[int, ...], np.dtype, int]:
         else np.lib.format.read_array_header_2_0
     )
     shape, _, dtype = read_header(handle)
+    if any(size < 0 for size in shape):
+        # NumPy parses (-1, 4) as a shape; it describes no array, and -1 elements times
+        # the item size would make the size checks below meaningless
+        raise ValueError(f"declares shape {tuple(shape)} {dtype}: a negative dimension")
     return tuple(shape), dtype, handle.tell()  # type: ignore[attr-defined]
 
 

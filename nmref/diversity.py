@@ -31,6 +31,12 @@ Structure = Literal["unstructured", "nm", "transposable"]
 STRUCTURES: tuple[str, ...] = ("unstructured", "nm", "transposable")
 
 
+#: Limits of :func:`count_transposable_patterns`: its recursion is ``m`` deep and its memo
+#: holds up to ``C(m + n, n)`` states; beyond these it would exhaust the stack or the clock.
+COUNT_MAX_M = 400
+COUNT_MAX_STATES = 2_000_000
+
+
 def count_transposable_patterns(m: int, n: int) -> int:
     """Number ``K(m, n)`` of ``m x m`` 0/1 matrices with all row and column sums ``n``.
 
@@ -78,6 +84,13 @@ def count_transposable_patterns(m: int, n: int) -> int:
     pattern = check_pattern(n, m)
     if pattern.n == 0 or pattern.n == pattern.m:
         return 1
+    states = math.comb(pattern.m + pattern.n, pattern.n)
+    if pattern.m > COUNT_MAX_M or states > COUNT_MAX_STATES:
+        raise ValueError(
+            f"m={pattern.m}, n={pattern.n}: counting needs about {states} states over {pattern.m} "
+            f"rows; this dynamic programme stops at m <= {COUNT_MAX_M} and "
+            f"{COUNT_MAX_STATES} states (K(16, 8) is ~{math.comb(24, 8)} states, tens of seconds)"
+        )
     start = (pattern.m,) + (0,) * pattern.n  # all m columns hold 0 ones
     return _count_rows(pattern.m, pattern.n, start)
 

@@ -34,7 +34,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from nmref._validation import LAYOUTS, check_layout
+from nmref._validation import LAYOUTS, check_integer, check_layout, check_shape
 
 __all__ = ["LAYOUTS", "Layout", "default_layout", "from_reduction_matrix", "to_reduction_matrix"]
 
@@ -51,6 +51,7 @@ def default_layout(ndim: int) -> Layout:
     ValueError
         If ``ndim < 2``.
     """
+    ndim = check_integer(ndim, "ndim")
     if ndim < 2:
         raise ValueError(f"weight must have ndim >= 2 to have a layout, got ndim={ndim}")
     return "linear" if ndim == 2 else "channels"
@@ -128,7 +129,7 @@ def from_reduction_matrix(
         layout implies for ``shape``.
     """
     array = np.asarray(matrix)
-    shape = tuple(int(s) for s in shape)
+    shape = check_shape(shape, "shape")
     if layout is None:
         layout = default_layout(len(shape))
     check_layout(layout, len(shape))
@@ -160,7 +161,7 @@ def to_reduction_shape(shape: tuple[int, ...], layout: Layout | None = None) -> 
     >>> to_reduction_shape((64, 32, 3, 3), "flat")
     (64, 288)
     """
-    shape = tuple(int(s) for s in shape)
+    shape = check_shape(shape, "shape")
     if layout is None:
         layout = default_layout(len(shape))
     check_layout(layout, len(shape))

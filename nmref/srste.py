@@ -202,24 +202,27 @@ def sgd_step(
     dampening = check_nonnegative(dampening, "dampening")
     if nesterov and (momentum == 0.0 or dampening != 0.0):
         raise ValueError("nesterov=True needs momentum > 0 and dampening == 0")
-    dtype = np.result_type(w, g)
-    w = w.astype(dtype, copy=False)
-    step = g.astype(dtype, copy=True)
-    if weight_decay != 0.0:
-        step = step + dtype.type(weight_decay) * w
-    new_velocity = None
-    if momentum != 0.0:
-        if velocity is None:
-            new_velocity = step.copy()
-        else:
-            v = as_float_array(velocity, "velocity")
-            if v.shape != w.shape:
-                raise ValueError(f"velocity has shape {v.shape} but weight has shape {w.shape}")
-            new_velocity = (
-                v.astype(dtype) * dtype.type(momentum) + dtype.type(1.0 - dampening) * step
-            )
-        step = step + dtype.type(momentum) * new_velocity if nesterov else new_velocity
-    return w - dtype.type(lr) * step, new_velocity
+    # +-inf pass through as IEEE arithmetic makes them (spec section 2): inf - inf is NaN,
+    # by design, not a warning the caller has to silence.
+    with np.errstate(invalid="ignore", over="ignore"):
+        dtype = np.result_type(w, g)
+        w = w.astype(dtype, copy=False)
+        step = g.astype(dtype, copy=True)
+        if weight_decay != 0.0:
+            step = step + dtype.type(weight_decay) * w
+        new_velocity = None
+        if momentum != 0.0:
+            if velocity is None:
+                new_velocity = step.copy()
+            else:
+                v = as_float_array(velocity, "velocity")
+                if v.shape != w.shape:
+                    raise ValueError(f"velocity has shape {v.shape} but weight has shape {w.shape}")
+                new_velocity = (
+                    v.astype(dtype) * dtype.type(momentum) + dtype.type(1.0 - dampening) * step
+                )
+            step = step + dtype.type(momentum) * new_velocity if nesterov else new_velocity
+        return w - dtype.type(lr) * step, new_velocity
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from nmref._validation import check_choice
+from nmref._validation import check_choice, check_count
 
 __all__ = [
     "DTYPE_NAMES",
@@ -120,8 +120,14 @@ def round_to_bfloat16(values: NDArray) -> NDArray[np.float32]:
     The result is exactly representable in bfloat16, so casting it to bfloat16
     and back is the identity. Finite values that round past the bfloat16 range
     become ``+-inf``, as in hardware. NaN is not expected (cases never hold NaN).
+    Other real dtypes are cast to float32 first (float64 values are thus rounded twice);
+    complex, object and string arrays are a ``TypeError``.
     """
-    bits = np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    array = np.asarray(values)
+    if array.dtype.kind not in "biuf":
+        raise TypeError(f"values must be a real numeric array, got dtype={array.dtype}")
+    with np.errstate(over="ignore"):  # beyond float32: +-inf, as the docstring says
+        bits = array.astype(np.float32).view(np.uint32).astype(np.uint64)
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
     return rounded.astype(np.uint32).view(np.float32)
 
@@ -235,6 +241,8 @@ def generate_cases(
     """
     check_choice(kind, "kind", KINDS)
     numpy_dtype(dtype_name)  # validates the name
+    count = check_count(count, "count")
+    seed = check_count(seed, "seed")
     rng = np.random.default_rng([seed, KINDS.index(kind), DTYPE_NAMES.index(dtype_name)])
     for index in range(count):
         n, m = patterns[index % len(patterns)]

@@ -103,6 +103,66 @@ def file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+#: What every manifest entry holds, and the type it must have.
+_ENTRY_FIELDS = {
+    "name": str,
+    "file": str,
+    "function": str,
+    "n": int,
+    "m": int,
+    "dtype": str,
+    "sha256": str,
+}
+
+
+def read_manifest(directory: Path) -> list[dict]:
+    """The checked entries of ``directory/manifest.json``.
+
+    A vectors folder may come from anyone (``nmsim verify --vectors``): the manifest must be
+    JSON of the known schema, and every ``file`` a plain ``.npz`` name inside the folder, so
+    that no entry can make the reader open a path outside it.
+
+    Raises
+    ------
+    FileNotFoundError
+        No folder or no ``manifest.json`` in it.
+    ValueError
+        The manifest is not UTF-8 JSON of this schema (the message names the entry).
+    """
+    label = repr(str(directory))
+    if not directory.is_dir():
+        raise FileNotFoundError(f"vectors folder {label} does not exist or is not a folder")
+    path = directory / "manifest.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"vectors folder {label} has no manifest.json")
+    try:
+        manifest = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{label}/manifest.json is not UTF-8 JSON: {error}") from None
+    if not isinstance(manifest, dict) or manifest.get("schema_version") != SCHEMA_VERSION:
+        version = manifest.get("schema_version") if isinstance(manifest, dict) else None
+        raise ValueError(
+            f"{label}/manifest.json: schema_version={version!r} is not {SCHEMA_VERSION}"
+        )
+    entries = manifest.get("vectors")
+    if not isinstance(entries, list):
+        raise ValueError(f"{label}/manifest.json: 'vectors' must be a list of entries")
+    for index, entry in enumerate(entries):
+        where = f"{label}/manifest.json: vectors[{index}]"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where} must be an object")
+        for key, kind in _ENTRY_FIELDS.items():
+            value = entry.get(key)
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise ValueError(f"{where}: {key}={value!r} must be a {kind.__name__}")
+        name = entry["file"]
+        if Path(name).name != name or name in (".", "..") or not name.endswith(".npz"):
+            raise ValueError(
+                f"{where}: file={name!r} must be a plain .npz file name inside the folder"
+            )
+    return entries
+
+
 def load_vectors(
     directory: Path | str | None = None, *, verify_digests: bool = True
 ) -> Iterator[GoldenVector]:
@@ -117,12 +177,7 @@ def load_vectors(
         manifest (the file was changed without regenerating the manifest).
     """
     directory = Path(directory) if directory is not None else default_vectors_dir()
-    manifest = json.loads((directory / "manifest.json").read_text())
-    if manifest.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(
-            f"manifest schema_version={manifest.get('schema_version')!r} is not {SCHEMA_VERSION}"
-        )
-    for entry in manifest["vectors"]:
+    for entry in read_manifest(directory):
         path = directory / entry["file"]
         if verify_digests and file_digest(path) != entry["sha256"]:
             raise ValueError(f"{path.name}: SHA-256 differs from manifest.json; regenerate both")

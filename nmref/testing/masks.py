@@ -19,7 +19,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 import nmref
-from nmref.testing.cases import Case, standard_cases
+from nmref._validation import check_choice
+from nmref.testing.cases import DTYPE_NAMES, Case, standard_cases
 from nmref.testing.report import Failure, Report
 
 __all__ = [
@@ -240,7 +241,9 @@ def check_nm_mask(
     True
     """
     reference = reference or nmref.nm_mask
-    cases = standard_cases(dtype, quick=quick) if cases is None else cases
+    if cases is None:
+        check_choice(dtype, "dtype", DTYPE_NAMES)
+        cases = standard_cases(dtype, quick=quick)
     return _run(
         "nm_mask",
         impl,
@@ -276,6 +279,7 @@ def check_magnitude_mask(
     """
     reference = reference or nmref.magnitude_mask
     if cases is None:
+        check_choice(dtype, "dtype", DTYPE_NAMES)
         cases = standard_cases(dtype, quick=quick, layout=layout)
 
     def keys_and_matrix(case: Case) -> tuple[NDArray, Callable[[NDArray], NDArray]]:

@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 import nmref
-from nmref._validation import check_choice
+from nmref._validation import check_choice, check_count
 from nmref.testing.cases import Case
 from nmref.testing.report import Failure, Report
 
@@ -34,10 +34,20 @@ TRAINING_METHODS = ("ste", "srste")
 TrainingFunction = Callable[[NDArray, NDArray, NDArray, int, int], tuple[object, object, object]]
 
 
+#: The dtypes of :func:`training_cases`: floats, so the step's products are exact sums.
+TRAINING_DTYPES = ("float16", "float32", "float64")
+
+
 def training_cases(
     count: int = 24, *, dtype: str = "float64", seed: int = 0
 ) -> list[tuple[Case, NDArray, NDArray]]:
-    """``(case, x, dy)`` triples: tie-heavy integer weights, integer inputs and gradients."""
+    """``(case, x, dy)`` triples: tie-heavy integer weights, integer inputs and gradients.
+
+    ``dtype`` is one of :data:`TRAINING_DTYPES` (small integers are exact in each).
+    """
+    count = check_count(count, "count")
+    check_choice(dtype, "dtype", TRAINING_DTYPES)
+    seed = check_count(seed, "seed")
     rng = np.random.default_rng([seed, 8])
     patterns = [(2, 4), (1, 4), (4, 8), (2, 8), (1, 2), (3, 4)]
     cases = []
@@ -67,6 +77,18 @@ def _srste_gradient(grad: NDArray, weight: NDArray, mask: NDArray, decay: float)
 def _first_difference(got: NDArray, expected: NDArray) -> str:
     index = tuple(int(i) for i in np.argwhere(got != expected)[0])
     return f"first at index {index}: expected {expected[index].item()!r}, got {got[index].item()!r}"
+
+
+def _numeric_output(value: object, dtype: np.dtype) -> NDArray | None:
+    """An implementation's output in the reference dtype, or None when it holds no real
+    numbers (strings, objects, complex: a cast would raise or drop the imaginary part)."""
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError):
+        return None
+    if array.dtype.kind not in "biuf":
+        return None
+    return array.astype(dtype, copy=False)
 
 
 def check_sparse_training(
@@ -114,8 +136,13 @@ def check_sparse_training(
             continue
         problems = []
         for name, want in expected.items():
-            got = np.asarray(outputs[name], dtype=want.dtype)
-            if got.shape != want.shape:
+            got = _numeric_output(outputs[name], want.dtype)
+            if got is None:
+                problems.append(
+                    f"  {name}: not a real numeric array "
+                    f"(got {type(outputs[name]).__name__} {np.asarray(outputs[name]).dtype})"
+                )
+            elif got.shape != want.shape:
                 problems.append(f"  {name}: shape {got.shape}, expected {want.shape}")
             elif not np.array_equal(got, want):
                 problems.append(f"  {name} differs, {_first_difference(got, want)}")

@@ -20,7 +20,8 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from nmref.testing.cases import Case, generate_cases
+from nmref._validation import check_choice
+from nmref.testing.cases import DTYPE_NAMES, Case, generate_cases
 from nmref.testing.report import Failure, Report
 
 __all__ = ["check_transposable_mask", "transposable_cases"]
@@ -30,6 +31,7 @@ _PATTERNS = ((2, 4), (1, 4), (3, 4), (0, 4), (4, 4), (1, 2), (1, 3), (2, 3), (4,
 
 def transposable_cases(dtype: str = "float32", *, quick: bool = False) -> list[Case]:
     """Cases whose rows and columns are multiples of ``m`` (non-finite values replaced)."""
+    check_choice(dtype, "dtype", DTYPE_NAMES)
     count = len(_PATTERNS) * (1 if quick else 3)
     rng = np.random.default_rng([3, 8])
     cases = []
@@ -59,7 +61,14 @@ def check_transposable_mask(
     cases: list[Case] | None = None,
     raise_on_failure: bool = True,
 ) -> Report:
-    """Check ``impl(scores, n, m)`` as a transposable-mask method (module docstring)."""
+    """Check ``impl(scores, n, m)`` as a transposable-mask method (module docstring).
+
+    ``method`` is one of ``nmref.transposable.METHODS``: it says which validity rule and
+    which reference mask apply, so an unknown name is a ``ValueError``, never a guess.
+    """
+    check_choice(method, "method", ("exact", "brute", "greedy", "greedy-prune"))
+    if cases is None:
+        check_choice(dtype, "dtype", DTYPE_NAMES)
     try:
         from nmref import transposable as reference
     except ImportError:  # the reference has not landed in this build: validity only

@@ -8,6 +8,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from nmref._validation import as_scores
 from nmref.transposable._driver import solve_at_most, solve_exact
 from nmref.transposable._inputs import Fill, check_fill, prepare
 from nmref.transposable.patterns import is_transposable
@@ -110,8 +111,8 @@ def verify_certificate(
     array, pattern = prepare(scores, n, m)
     kept = np.asarray(mask)
     rows, columns = array.shape
-    u = np.asarray(row_potentials, dtype=np.float64)
-    v = np.asarray(column_potentials, dtype=np.float64)
+    u = as_scores(row_potentials, "row_potentials").astype(np.float64)
+    v = as_scores(column_potentials, "column_potentials").astype(np.float64)
     if kept.shape != array.shape:
         raise ValueError(f"mask.shape={kept.shape} must equal scores.shape={array.shape}")
     if u.shape != (rows, columns // pattern.m):

@@ -88,7 +88,7 @@ def run_verify(
             raise  # a broken torch install is an error, not a missing optional dependency
         return _run_without_torch(device, vectors, only, out)
 
-    from nmref.testing.golden import default_vectors_dir
+    from nmref.testing.golden import default_vectors_dir, read_manifest
     from nmsim.torch import conformance, golden_implementation
 
     torch_device = torch.device(device)
@@ -118,6 +118,8 @@ def run_verify(
             if not report.ok:
                 failures.append(report)
     directory = vectors if vectors is not None else default_vectors_dir()
+    if vectors is not None:
+        read_manifest(vectors)  # a folder the user named must be a vectors folder: say why not
     if not only or only in GOLDEN_ROW:
         if (directory / "manifest.json").exists():
             row, report = _golden_row(
@@ -160,7 +162,7 @@ def _golden_row(implementation_for, directory: Path, device_name: str):
 def _run_without_torch(device: str, vectors: Path | None, only: str | None, out) -> int:
     """nmref against the golden vectors: what an install without torch can check."""
     from nmref import __version__ as nmref_version
-    from nmref.testing.golden import default_vectors_dir, nmref_implementation
+    from nmref.testing.golden import default_vectors_dir, nmref_implementation, read_manifest
 
     if device != "cpu":
         raise ValueError(f"--device {device}: needs torch, which is not installed")
@@ -169,6 +171,7 @@ def _run_without_torch(device: str, vectors: Path | None, only: str | None, out)
             f"--only {only!r}: without torch only the {GOLDEN_ROW} are checked (against nmref)"
         )
     directory = vectors if vectors is not None else default_vectors_dir()
+    read_manifest(directory)  # a bad folder: one line naming it and the problem
     # Missing vectors here would leave nothing checked at all: an error, not a note.
     if not (directory / "manifest.json").exists():
         raise FileNotFoundError(f"golden vectors: no manifest.json in {directory}")

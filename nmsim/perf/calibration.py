@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from nmref._validation import check_positive_integer
 from nmsim.perf.corpus import Measurement, load_corpus
 from nmsim.perf.gemm import (
     DEFAULT_OUTPUT,
@@ -802,6 +803,23 @@ def interval_table(rows: Sequence[RowResult]) -> dict[str, Any]:
     }
 
 
+def _checked_rows(rows: object) -> tuple[Measurement, ...]:
+    """``rows`` as a non-empty tuple of corpus rows, or the error naming what it holds."""
+    if isinstance(rows, str | bytes) or not isinstance(rows, Sequence):
+        raise TypeError(
+            f"rows must be a sequence of nmsim.perf.corpus.Measurement, got {type(rows).__name__}"
+        )
+    if not rows:
+        raise ValueError("rows is empty: there is nothing to fit")
+    for index, row in enumerate(rows):
+        if not isinstance(row, Measurement):
+            raise TypeError(
+                f"rows[{index}] is a {type(row).__name__}, not a nmsim.perf.corpus.Measurement "
+                "(load rows with nmsim.perf.corpus.load_corpus)"
+            )
+    return tuple(rows)
+
+
 def calibrate(
     rows: Sequence[Measurement] | None = None,
     *,
@@ -833,7 +851,13 @@ def calibrate(
     """
     if rows is None:
         _sources, rows = load_corpus()
-    rows = tuple(rows)
+    rows = _checked_rows(rows)
+    sweeps = check_positive_integer(sweeps, "sweeps")
+    iterations = check_positive_integer(iterations, "iterations")
+    if not isinstance(cross_validation, bool | np.bool_):
+        raise TypeError(f"cross_validation={cross_validation!r} must be True or False")
+    if fold not in ("source", "document"):
+        raise ValueError(f"fold={fold!r} must be 'source' or 'document'")
     usable = fitted_rows(rows)
     table = fit_table(usable, sweeps=sweeps, iterations=iterations)
     cv = (

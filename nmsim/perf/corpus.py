@@ -24,6 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from nmref.checkpoints import check_regular_file
 from nmsim.perf.hardware import get_gpu, normalize_dtype
 
 __all__ = [
@@ -282,6 +283,31 @@ def _row(raw: Any, index: int, path: str, sources: dict[str, MeasurementSource])
     )
 
 
+#: A corpus file larger than this is refused before it is read (the shipped ones are < 1 MiB).
+CORPUS_MAX_BYTES = 64 * 2**20
+
+
+def _read_corpus_text(path: Path, name: str) -> str:
+    """The text of a user's corpus file, or a :class:`CorpusError` naming it and the problem."""
+    try:
+        check_regular_file(path, f"corpus file {name}", noun="corpus file")
+    except (ValueError, FileNotFoundError) as error:
+        raise CorpusError(str(error)) from None
+    size = path.stat().st_size
+    if size > CORPUS_MAX_BYTES:
+        raise CorpusError(
+            f"{name}: {size} bytes; a corpus file is TOML text of at most {CORPUS_MAX_BYTES} bytes"
+        )
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise CorpusError(
+            f"{name}: not UTF-8 text (byte {error.start}): not a corpus file"
+        ) from None
+    except OSError as error:
+        raise CorpusError(f"{name}: cannot be read: {error.strerror}") from None
+
+
 def load_corpus_file(
     path: str | Path, *, text: str | None = None
 ) -> tuple[tuple[MeasurementSource, ...], tuple[Measurement, ...]]:
@@ -303,13 +329,24 @@ def load_corpus_file(
     CorpusError
         Naming the file, the table index and the row id of the first violation.
     """
-    name = str(path)
+    # repr: a name with a newline or an escape byte stays one printable line
+    name = repr(str(path))
+    if text is None:
+        text = _read_corpus_text(Path(path), name)
     try:
-        raw = tomllib.loads(Path(path).read_text("utf-8") if text is None else text)
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise CorpusError(f"{name}: not valid TOML: {error}") from error
+    unknown = sorted(set(raw) - {"sources", "rows", "schema_version"})
+    if unknown:
+        raise CorpusError(
+            f"{name}: unknown top-level key {unknown[0]!r}; a corpus file holds 'sources' "
+            "and 'rows' (arrays of tables, [[sources]] and [[rows]])"
+        )
     raw_sources = raw.get("sources", [])
     raw_rows = raw.get("rows", [])
+    if not raw_sources and not raw_rows:
+        raise CorpusError(f"{name}: holds no sources and no rows")
     if not isinstance(raw_sources, list) or not isinstance(raw_rows, list):
         raise CorpusError(f"{name}: 'sources' and 'rows' must be arrays of tables")
     sources = [_source(s, i, name) for i, s in enumerate(raw_sources)]

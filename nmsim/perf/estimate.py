@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal, NamedTuple
 
-from nmref._validation import check_positive_integer
+from nmref._validation import check_positive_integer, check_real
 from nmref.patterns import Pattern, parse_pattern
 from nmsim.perf.calibration import compress_time_s
 from nmsim.perf.flops import (
@@ -48,7 +48,7 @@ from nmsim.perf.gemm import (
 )
 from nmsim.perf.hardware import DTYPE_BYTES, get_gpu, normalize_dtype
 from nmsim.perf.intervals import verdict
-from nmsim.perf.models import Layer, model_layers
+from nmsim.perf.models import Layer, resolve_layers
 
 __all__ = ["DEFAULT_NON_GEMM_FRACTION", "StepEstimate", "estimate_step"]
 
@@ -299,6 +299,7 @@ def estimate_step(
     ``count`` separate GEMMs. Complexity O(layers x phases x tile configs).
     """
     batch = check_positive_integer(batch, "batch")
+    non_gemm_fraction = check_real(non_gemm_fraction, "non_gemm_fraction")
     if not 0.0 <= non_gemm_fraction < 1.0:
         raise ValueError(f"non_gemm_fraction={non_gemm_fraction} must be in [0, 1)")
     if mode not in ("train", "inference"):
@@ -312,8 +313,7 @@ def estimate_step(
     dtype = normalize_dtype(dtype)
     gpu_obj = get_gpu(gpu)
     gpu_obj.peak(dtype)  # fail early on an unsupported dtype
-    layers = model_layers(model) if isinstance(model, str) else tuple(model)
-    name = model if isinstance(model, str) else (model_name or "custom")
+    layers, name = resolve_layers(model, model_name)
     phases = method_phases(method, nm, opts)
     if mode == "inference":
         phases = (replace(phases[-1], fraction=1.0),)  # one step with the deployed mask

@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from nmref.patterns import Pattern, parse_pattern
 from nmsim.perf.gemm import hardware_compatible
-from nmsim.perf.models import Layer, model_layers
+from nmsim.perf.models import Layer, resolve_layers
 
 __all__ = [
     "GEMMS",
@@ -455,15 +456,10 @@ def training_flops(
     for label, count in (("examples", examples), ("epochs", epochs)):
         if isinstance(count, bool) or not isinstance(count, numbers.Real):
             raise TypeError(f"{label}={count!r} must be a number")
-        if not (0 < count < math.inf):  # also rejects NaN
+        if not (0 < count < math.inf) or count > sys.float_info.max:  # also NaN, 10**400
             raise ValueError(f"{label}={count} must be finite and > 0")
     nm = parse_pattern(pattern)
-    if isinstance(model, str):
-        layers: tuple[Layer, ...] = model_layers(model)
-        name = model
-    else:
-        layers = tuple(model)
-        name = model_name or "custom"
+    layers, name = resolve_layers(model, model_name)
     if not layers:
         raise ValueError("model has no layers")
     phases = method_phases(method, nm, opts)

@@ -14,9 +14,12 @@ torch lazily). See ``specs/flops.md``.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from nmref._validation import check_positive_integer
 
 __all__ = ["MODELS", "Layer", "layers_from_torch", "model_layers"]
 
@@ -242,10 +245,36 @@ def model_layers(name: str, **options: Any) -> tuple[Layer, ...]:
     >>> round(sum(layer.macs for layer in model_layers("resnet50")) / 1e9, 3)
     4.089
     """
+    if not isinstance(name, str):
+        raise TypeError(
+            f"model={name!r} must be a str (a model name); built-in models: {', '.join(MODELS)}"
+        )
     key = name.strip().lower().replace("_", "-")
     if key not in MODELS:
         raise ValueError(f"model={name!r} is unknown; built-in models: {', '.join(MODELS)}")
-    return MODELS[key][0](**options)
+    builder = MODELS[key][0]
+    accepted = set(inspect.signature(builder).parameters)
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise TypeError(
+            f"option {unknown[0]!r} is not one of model {key!r}'s options "
+            f"({', '.join(sorted(accepted)) or 'it has none'})"
+        )
+    for option, value in options.items():
+        check_positive_integer(value, option)  # every builder option is a size or a count
+    return builder(**options)
+
+
+def resolve_layers(model: object, model_name: str | None = None) -> tuple[tuple[Layer, ...], str]:
+    """``(layers, name)`` of a built-in model name or a sequence of :class:`Layer`."""
+    if isinstance(model, str):
+        return model_layers(model), model
+    if not isinstance(model, Sequence) or not all(isinstance(x, Layer) for x in model):
+        raise TypeError(
+            f"model must be a built-in model name ({', '.join(MODELS)}) or a sequence of "
+            f"nmsim.Layer, got {type(model).__name__}"
+        )
+    return tuple(model), model_name or "custom"
 
 
 # --------------------------------------------------------------------------- torch tracing
@@ -272,6 +301,8 @@ def layers_from_torch(module: Any, sample_input: Any) -> tuple[Layer, ...]:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
     if not isinstance(sample_input, torch.Tensor) or sample_input.dim() < 1:
         raise ValueError("sample_input must be a tensor with a leading batch dimension")
     batch = int(sample_input.shape[0])
@@ -315,7 +346,13 @@ def layers_from_torch(module: Any, sample_input: Any) -> tuple[Layer, ...]:
     handles = [m.register_forward_hook(hook) for m in module.modules() if isinstance(m, traced)]
     try:
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
-            module(sample_input)
+            try:
+                module(sample_input)
+            except RuntimeError as error:
+                # torch reports a sample the module cannot take (a shape mismatch) this way
+                raise ValueError(
+                    f"module(sample_input) failed, so nothing could be traced: {error}"
+                ) from error
     finally:
         for handle in handles:
             handle.remove()

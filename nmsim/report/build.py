@@ -383,9 +383,12 @@ def analyse_tensor(
         problem = _first_nonfinite(weight) or "sum of |w| overflows float64; tensor skipped"
         entry.update(status="error", reason=problem)
         return entry
+    # The methods see |w| only (signs never change a mask): drop the signed copy, which
+    # may also be a memory-mapped file whose touched pages would count twice.
+    del record, weight
     context = TensorContext(
         name=info.name,
-        weight=weight,
+        weight=magnitudes,
         layout=layout,
         pattern=pattern,
         magnitudes=magnitudes,

@@ -64,12 +64,14 @@ class TensorContext:
     ----------
     name : str
     weight : ndarray of float
-        The tensor as read (BF16 already upcast exactly).
+        What the methods rank: ``|w|`` of the tensor as read (BF16 already upcast exactly).
+        Every method ranks by magnitude, so the sign never changes a mask, and holding one
+        array instead of two keeps the report's peak memory near 2-3x the tensor.
     layout : str
         Its layout (``nmref.layouts``).
     pattern : Pattern
     magnitudes : ndarray
-        ``|weight|`` in the weight's dtype.
+        ``|w|`` in the weight's dtype (the same array as ``weight``).
     total_magnitude : float
         ``sum(|weight|)`` accumulated in float64.
     seed : int
@@ -171,6 +173,10 @@ def _one_d(context: TensorContext) -> dict[str, Any]:
     return context.summary(mask)
 
 
+#: Entries of the score matrix per transposable call (bands of whole tile rows).
+TRANSPOSABLE_BAND_ELEMENTS = 1 << 22
+
+
 def _transposable_mask(context: TensorContext, method: str) -> NDArray[np.bool_]:
     from nmref._validation import check_transposable_layout
     from nmref.transposable import transposable_mask
@@ -178,9 +184,16 @@ def _transposable_mask(context: TensorContext, method: str) -> NDArray[np.bool_]
     pattern = context.pattern
     shape = context.weight.shape
     check_transposable_layout(tuple(shape), pattern.m, context.layout)
-    matrix_mask = np.asarray(
-        transposable_mask(context.matrix_scores(), pattern.n, pattern.m, method=method), dtype=bool
+    scores = context.matrix_scores()
+    matrix_mask = np.empty(scores.shape, dtype=bool)
+    # Tiles are independent (specs/transposable.md T2), so bands of whole tile rows give the
+    # same mask as one call while the solver's temporaries stay the size of one band.
+    band = max(
+        pattern.m, TRANSPOSABLE_BAND_ELEMENTS // max(scores.shape[1], 1) // pattern.m * pattern.m
     )
+    for start in range(0, scores.shape[0], band):
+        rows = slice(start, start + band)
+        matrix_mask[rows] = transposable_mask(scores[rows], pattern.n, pattern.m, method=method)
     return from_reduction_matrix(matrix_mask, context.weight.shape, context.layout)
 
 

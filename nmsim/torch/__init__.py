@@ -43,8 +43,15 @@ def golden_implementation(vector, device: str = "cpu"):
     Used by ``nmsim verify`` and the golden-vector tests: picks the function
     named by ``vector.function`` and runs it in ``vector.dtype`` on ``device``.
     """
+    from nmref.testing.golden import GoldenVector
+
     from .adapters import numpy_adapter
 
+    if not isinstance(vector, GoldenVector):
+        raise TypeError(
+            f"vector must be a nmref.testing.golden.GoldenVector (see load_vectors), "
+            f"got {type(vector).__name__}"
+        )
     if vector.function == "nm_mask":
         return numpy_adapter(nm_mask, device=device, dtype=vector.dtype)
     if vector.function == "magnitude_mask":

@@ -47,7 +47,7 @@ from nmref._validation import check_nonnegative
 from nmref.layouts import Layout
 from nmref.patterns import Pattern, parse_pattern
 
-from .masks import magnitude_mask
+from .masks import check_no_nan, check_tensor, magnitude_mask
 
 __all__ = [
     "BAME_GRADIENT_MODES",
@@ -79,7 +79,42 @@ def srste_gradient(
     Kept positions get exactly ``grad``; pruned ones ``grad + dtype(decay) * w``.
     ``decay = 0`` returns ``grad`` unchanged (plain STE), so ``-0.0`` and the
     product ``0 * inf`` never appear. Complexity O(size).
+
+    Raises
+    ------
+    TypeError
+        A non-tensor, a non-float ``grad``/``weight``, a ``mask`` that is not bool.
+    ValueError
+        Shapes or devices differ, NaN in ``grad`` or ``weight`` (as in nmref), a
+        negative or non-finite ``decay``.
     """
+    for name, tensor in (("grad", grad), ("weight", weight), ("mask", mask)):
+        check_tensor(tensor, name)
+        if name != "mask" and not tensor.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got dtype={tensor.dtype}")
+    if mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a bool tensor, got dtype={mask.dtype}")
+    if not grad.shape == weight.shape == mask.shape:
+        raise ValueError(
+            f"grad, weight and mask must have one shape, got {tuple(grad.shape)}, "
+            f"{tuple(weight.shape)} and {tuple(mask.shape)}"
+        )
+    if not grad.device == weight.device == mask.device:
+        raise ValueError(
+            f"grad, weight and mask must be on one device, got {grad.device}, "
+            f"{weight.device} and {mask.device}"
+        )
+    check_nonnegative(decay, "decay")
+    check_no_nan(grad, "grad", why=None)
+    check_no_nan(weight, "weight", why=None)
+    return _srste_gradient(grad, weight, mask, decay)
+
+
+def _srste_gradient(
+    grad: torch.Tensor, weight: torch.Tensor, mask: torch.Tensor, decay: float
+) -> torch.Tensor:
+    """:func:`srste_gradient` without the checks, for the autograd functions, whose
+    operands are built here (a NaN check would cost a device synchronisation per step)."""
     if decay == 0:
         return grad.clone()
     lam = torch.tensor(decay, dtype=weight.dtype, device=weight.device)
@@ -105,7 +140,7 @@ class MaskedWeight(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_sparse, _grad_mask):  # type: ignore[override]
         weight, mask = ctx.saved_tensors
-        return srste_gradient(grad_sparse, weight, mask, ctx.decay), None, None, None, None
+        return _srste_gradient(grad_sparse, weight, mask, ctx.decay), None, None, None, None
 
 
 class BiMaskLinearFunction(torch.autograd.Function):
@@ -135,7 +170,7 @@ class BiMaskLinearFunction(torch.autograd.Function):
         grad_input = grad_output @ torch.where(backward, weight, zero)
         flat_grad = grad_output.reshape(-1, weight.shape[0])
         grad_sparse = flat_grad.T @ x.reshape(-1, weight.shape[1])
-        grad_weight = srste_gradient(grad_sparse, weight, forward, ctx.decay)
+        grad_weight = _srste_gradient(grad_sparse, weight, forward, ctx.decay)
         grad_bias = flat_grad.sum(0) if ctx.has_bias else None
         return grad_input, grad_weight, grad_bias, None, None, None, None, None
 
@@ -175,7 +210,7 @@ class BiMaskConv2dFunction(torch.autograd.Function):
         grad_sparse = torch.nn.grad.conv2d_weight(
             x, weight.shape, grad_output, stride, padding, dilation, groups
         )
-        grad_weight = srste_gradient(grad_sparse, weight, forward, ctx.decay)
+        grad_weight = _srste_gradient(grad_sparse, weight, forward, ctx.decay)
         grad_bias = grad_output.sum((0, 2, 3)) if ctx.has_bias else None
         return grad_input, grad_weight, grad_bias, None, None, None, None, None, None, None
 
@@ -296,7 +331,7 @@ class GivenMaskWeight(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_sparse):  # type: ignore[override]
         weight, mask = ctx.saved_tensors
-        return srste_gradient(grad_sparse, weight, mask, ctx.decay), None, None
+        return _srste_gradient(grad_sparse, weight, mask, ctx.decay), None, None
 
 
 def transposable_weight_mask(
@@ -367,6 +402,7 @@ def sparse_weight(
     decay : float
         SR-STE's λ_W (ignored by ``"ste"``).
     """
+    check_tensor(weight, "weight")
     check_method(method)
     check_decay(decay)
     sparse, _ = METHODS[method](weight, parse_pattern(pattern), layout, decay)

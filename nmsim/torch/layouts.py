@@ -8,9 +8,11 @@ reject the same layouts with the same messages.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from nmref._validation import check_layout
+from nmref._validation import check_layout, check_shape
 from nmref.layouts import Layout, default_layout, to_reduction_shape
 
 __all__ = ["from_reduction_matrix", "to_reduction_matrix"]
@@ -26,6 +28,8 @@ def to_reduction_matrix(weight: torch.Tensor, layout: Layout | None = None) -> t
 
     Complexity: O(size) for the copy a permutation needs.
     """
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"weight must be a torch.Tensor, got {type(weight).__name__}")
     if layout is None:
         layout = default_layout(weight.dim())
     check_layout(layout, weight.dim())
@@ -33,9 +37,11 @@ def to_reduction_matrix(weight: torch.Tensor, layout: Layout | None = None) -> t
         return weight
     out_channels, in_channels = weight.shape[:2]
     if layout == "flat":
-        return weight.reshape(out_channels, -1)
+        # explicit width: reshape(out, -1) is ambiguous for a weight without elements
+        return weight.reshape(out_channels, math.prod(weight.shape[1:]))
     kernel_axes = tuple(range(2, weight.dim()))
-    return weight.permute(*kernel_axes, 0, 1).reshape(-1, in_channels)
+    rows = math.prod(weight.shape[2:]) * out_channels
+    return weight.permute(*kernel_axes, 0, 1).reshape(rows, in_channels)
 
 
 def from_reduction_matrix(
@@ -49,7 +55,9 @@ def from_reduction_matrix(
         If the layout is unknown or ``matrix`` does not have the shape the
         layout implies for ``shape``.
     """
-    shape = tuple(int(s) for s in shape)
+    if not isinstance(matrix, torch.Tensor):
+        raise TypeError(f"matrix must be a torch.Tensor, got {type(matrix).__name__}")
+    shape = check_shape(shape, "shape")
     if layout is None:
         layout = default_layout(len(shape))
     check_layout(layout, len(shape))

@@ -47,7 +47,21 @@ _CHUNK_ELEMENTS = 1 << 24
 
 
 def _as_tensor(scores: object, name: str) -> torch.Tensor:
-    tensor = scores if isinstance(scores, torch.Tensor) else torch.as_tensor(scores)
+    if isinstance(scores, torch.Tensor):
+        tensor = scores
+    else:
+        try:
+            tensor = torch.as_tensor(scores)
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise TypeError(
+                f"{name} must be a torch.Tensor or an array of numbers, got "
+                f"{type(scores).__name__} ({error})"
+            ) from None
+    if tensor.device.type == "meta":
+        raise TypeError(
+            f"{name} is a meta tensor, which has a shape but no values: a mask depends on "
+            "the values, so materialise it on a real device first"
+        )
     if tensor.dtype not in SUPPORTED_DTYPES:
         raise TypeError(
             f"{name} must have a bool, (u)int8, int16/32/64 or float16/bfloat16/float32/float64 "
@@ -56,14 +70,23 @@ def _as_tensor(scores: object, name: str) -> torch.Tensor:
     return tensor
 
 
-def check_no_nan(tensor: torch.Tensor, name: str) -> None:
+def check_tensor(value: object, name: str) -> None:
+    """``TypeError`` unless ``value`` is a torch tensor (NumPy arrays belong to nmref)."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(
+            f"{name} must be a torch.Tensor, got {type(value).__name__} (nmref takes NumPy "
+            "arrays; torch.from_numpy converts one without a copy)"
+        )
+
+
+def check_no_nan(tensor: torch.Tensor, name: str, why: str | None = NAN_HAS_NO_RANK) -> None:
     """Raise nmref's NaN ``ValueError`` (shape and first flat index) if ``tensor`` holds a NaN.
 
     Shared by every torch algorithm, so that each reports a NaN as its nmref twin does.
     """
     if tensor.is_floating_point() and bool(torch.isnan(tensor).any()):
         first = int(torch.isnan(tensor.reshape(-1)).nonzero()[0, 0])
-        raise_nan(tuple(tensor.shape), first, name, NAN_HAS_NO_RANK)
+        raise_nan(tuple(tensor.shape), first, name, why)
 
 
 def to_magnitude_keys(weights: torch.Tensor) -> torch.Tensor:
@@ -75,6 +98,7 @@ def to_magnitude_keys(weights: torch.Tensor) -> torch.Tensor:
     does not fit int8, and torch has no ordered uint64). Bools and uint8 are
     returned unchanged.
     """
+    check_tensor(weights, "weights")
     if weights.is_floating_point():
         return weights.abs()
     if weights.dtype in (torch.bool, torch.uint8):

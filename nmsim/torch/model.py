@@ -64,8 +64,22 @@ def sparsify(
         that is not a multiple of ``m``, as NVIDIA ASP skips such layers,
         rather than letting groups straddle rows).
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    for label, rule in (("include", include), ("exclude", exclude)):
+        if rule is not None and not isinstance(rule, str) and not callable(rule):
+            raise TypeError(
+                f"{label}={rule!r} must be a regular expression (str), a callable "
+                "(name, module) -> bool, or None"
+            )
+        if isinstance(rule, str):
+            try:
+                re.compile(rule)
+            except re.error as error:
+                raise ValueError(f"{label}={rule!r} is not a regular expression: {error}") from None
     check_method(method, layer=True)
     parsed = parse_pattern(pattern)
+    included = 0
 
     def matches(rule, name: str, module: nn.Module) -> bool:
         if rule is None:
@@ -81,6 +95,7 @@ def sparsify(
             continue
         if include is not None and not matches(include, name, module):
             continue
+        included += 1
         if matches(exclude, name, module):
             continue
         if method == "bame" and isinstance(module, nn.Conv2d) and module.groups != 1:
@@ -105,6 +120,9 @@ def sparsify(
             new = SparseConv2d.from_dense(module, layout=conv_layout, **options)
         _set_submodule(model, name, new)
         replaced.append(name)
+    if include is not None and not included:
+        # a filter that selects nothing is a typo far more often than a wish
+        raise ValueError(f"include={include!r} matched no nn.Linear or nn.Conv2d layer of model")
     return SparsifyResult(tuple(replaced), tuple(skipped))
 
 

@@ -29,6 +29,8 @@ def test_fuzz_suite_passes_with_numba_disabled() -> None:
             "-p",
             "no:cacheprovider",
             str(here / "test_fuzz_masks.py"),
+            str(here / "test_fuzz_more.py"),
+            str(here / "test_fuzz_api.py"),
         ],
         capture_output=True,
         text=True,
