@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from nmsim.formats.compressed_tensors import (
+    SPARSE24_KINDS,
     CheckpointFormatError,
     Decoded,
     decode_bitmask,
@@ -360,7 +361,7 @@ def _format_from_names(names: list[str]) -> str | None:
             "the tensors are in compressed-tensors' unstructured 'sparse-bitmask' format "
             "(.row_offsets), not a 2:4 format"
         )
-    if {"compressed", "bitmask", "shape"} <= endings:
+    if {"compressed", "bitmask"} <= endings:
         return "sparse-24-bitmask"
     if {"weight_packed", "scale_packed", "meta"} <= endings:
         return "marlin-24"
@@ -515,6 +516,11 @@ def _encode(
     if target == "sparse-24-bitmask":
         out = encode_bitmask(dense, kind, mask=mask, tensor=f"{prefix}.weight")
         return {f"{prefix}.{key}": value for key, value in out.items()}
+    if mask is not None and kind == "fp32":
+        pairs = mask.reshape(mask.shape[0], -1, 2).sum(axis=-1)
+        if (pairs != 1).any():
+            # fp32 sparse-24 is 1:2: a 2:4 bitmask's positions may not fit it, the weight may
+            mask = None
     values, meta = encode_sparse24(dense, kind, mask=mask, tensor=f"{prefix}.weight")
     return {f"{prefix}.weight.sparse_24_packed_weight": values, f"{prefix}.weight.meta": meta}
 
@@ -536,6 +542,11 @@ def _plan(source: Path, target: str) -> tuple[list[_Planned], str]:
                 "cannot be converted (specs/checkpoint_formats.md)"
             )
         for layer in checkpoint.layers:
+            if target == "sparse-24" and layer.kind not in SPARSE24_KINDS:
+                raise ValueError(
+                    f"layer {layer.name!r} holds {layer.kind} values; sparse-24 (--to cutlass) "
+                    f"stores {', '.join(SPARSE24_KINDS)} only"
+                )
             decoded = checkpoint.decode(layer)  # validates; run again when writing
             _encode(target, layer.prefix, decoded.dense, decoded.kind, decoded.mask)
 
@@ -565,6 +576,11 @@ def _plan(source: Path, target: str) -> tuple[list[_Planned], str]:
                 plans.append(_copy(files, index, name))
                 continue
             prefix = name[: -len(".weight")]
+            if target == "sparse-24" and kind not in SPARSE24_KINDS:
+                copied = _copy(files, index, name)
+                note = f"kept dense: sparse-24 stores {', '.join(SPARSE24_KINDS)}, not {kind}"
+                plans.append(_Planned(copied.entries, copied.produce, note))
+                continue
             try:
                 _encode(target, prefix, file.array(name), kind, None)
             except CheckpointFormatError as error:
@@ -608,7 +624,9 @@ def convert(
     """Rewrite a checkpoint as dense, ``sparse-24-bitmask`` or ``sparse-24`` (``to="cutlass"``).
 
     A compressed input is decoded layer by layer and re-encoded with its own stored mask,
-    so converting between the two compressed formats and back gives the original bytes. A
+    so converting between the two compressed formats and back gives the original bytes
+    (except an fp32 bitmask layer whose positions are not 1 per pair: its ``sparse-24``
+    positions are chosen from the weight, which must be 1:2). A
     dense input has every 2-D ``*.weight`` tensor that is 2:4 (and, for ``cutlass``, aligned)
     encoded; other tensors are copied bit for bit. The output is one ``.safetensors`` file
     written through :func:`nmref._output.write_output` (complete or not at all).

@@ -10,8 +10,9 @@ layouts, none of which has a maintained reader any more (``specs/checkpoint_form
     (``int64 [[rows], [cols]]``).
 ``sparse-24``
     per layer ``<layer>.weight.sparse_24_packed_weight`` and ``<layer>.weight.meta``: the
-    values and metadata of PyTorch's CUTLASS converter, i.e. :mod:`nmsim.formats.sparse_2to4`
-    with the ``torch-2.13`` nibble table and the ``cutlass_sm80`` layout.
+    values and metadata of compressed-tensors' copy of PyTorch's CUTLASS converter, i.e.
+    :mod:`nmsim.formats.sparse_2to4` with the ``torch-2.13`` nibble table, stored in an
+    older metadata row order (:func:`sparse24_metadata_offset`, bands of 64 rows).
 ``marlin-24``
     4/8-bit GPTQ-style weights permuted for the Marlin 2:4 kernel; only its metadata
     (the kept positions) is decoded here (:func:`marlin24_mask`).
@@ -35,6 +36,7 @@ from nmsim.formats import sparse_2to4
 
 __all__ = [
     "ELEMENT_KINDS",
+    "SPARSE24_KINDS",
     "STORAGE_DTYPES",
     "CheckpointFormatError",
     "Decoded",
@@ -47,6 +49,8 @@ __all__ = [
     "encode_sparse24",
     "marlin24_mask",
     "nonzero_flags",
+    "sparse24_metadata_offset",
+    "sparse24_metadata_offsets",
     "to_float32",
 ]
 
@@ -490,6 +494,73 @@ def decode_bitmask_reference(
 # ---------------------------------------------------------------------------------------------
 
 
+#: Rows of one band of compressed-tensors' metadata row order (both word sizes).
+SPARSE24_ROW_BAND = 64
+
+
+def sparse24_metadata_offset(row: int, word: int, rows: int) -> int:
+    """Flat storage position of logical metadata word ``(row, word)`` in a ``sparse-24`` file.
+
+    compressed-tensors (0.4.0 to 0.14.0, ``utils/semi_structured_conversions.py``) stores
+    metadata with the 2x2 swizzle and ``ColumnMajorInterleaved<2>`` of PyTorch's converter
+    (``specs/formats.md`` section 6, steps 2 and 3) but an older row order, in bands of 64 rows
+    for ``int16`` and ``int32`` words alike: row ``r`` of a band moves to
+    ``2 (r % 2) + (r % 8) // 4 + 32 ((r % 4) // 2) + 4 (r // 8)``. It differs from PyTorch
+    2.13's order (bands of 32 / 16) for every band, so the two are not interchangeable.
+
+    >>> [sparse24_metadata_offset(r, 0, 64) for r in (0, 1, 2, 4)]
+    [0, 4, 64, 1]
+    """
+    band = SPARSE24_ROW_BAND
+    local = row % band
+    row = (row // band) * band + 2 * (local % 2) + (local % 8) // 4 + 32 * ((local % 4) // 2)
+    row += 4 * (local // 8)
+    if row % 2 == 0 and word % 2 == 1:
+        row, word = row + 1, word - 1
+    elif row % 2 == 1 and word % 2 == 0:
+        row, word = row - 1, word + 1
+    return (word // 2) * 2 * rows + 2 * row + word % 2
+
+
+def sparse24_metadata_offsets(rows: int, words_per_row: int) -> np.ndarray:
+    """Vectorised :func:`sparse24_metadata_offset`: ``int64 (rows, words_per_row)``, a
+    permutation when ``rows % 64 == 0`` and ``words_per_row`` is even. ``O(rows * words)``."""
+    band = SPARSE24_ROW_BAND
+    row = np.arange(rows, dtype=np.int64)[:, None]
+    word = np.arange(words_per_row, dtype=np.int64)[None, :]
+    local = row % band
+    row = (row // band) * band + 2 * (local % 2) + (local % 8) // 4 + 32 * ((local % 4) // 2)
+    row = row + 4 * (local // 8)
+    row, word = np.broadcast_arrays(row, word)
+    down = ((row % 2 == 0) & (word % 2 == 1)).astype(np.int64)
+    up = ((row % 2 == 1) & (word % 2 == 0)).astype(np.int64)
+    return ((word - down + up) // 2) * 2 * rows + 2 * (row + down - up) + (word - down + up) % 2
+
+
+def _check_sparse24_shape(tensor: str, rows: int, cols: int, kind: str) -> None:
+    spec = sparse_2to4.format_spec(kind)
+    if rows % SPARSE24_ROW_BAND or cols % spec.column_multiple:
+        raise CheckpointFormatError(
+            tensor,
+            f"a {rows} x {cols} {kind} weight does not fit sparse-24: its metadata order needs "
+            f"rows divisible by {SPARSE24_ROW_BAND} and columns by {spec.column_multiple} "
+            "(compressed-tensors' converter fails with an index error otherwise; nothing is "
+            "padded)",
+        )
+
+
+def _reorder(words: np.ndarray) -> np.ndarray:
+    rows, per_row = words.shape
+    stored = np.empty(words.size, dtype=words.dtype)
+    stored[sparse24_metadata_offsets(rows, per_row).ravel()] = words.ravel()
+    return stored.reshape(rows, per_row)
+
+
+def _unreorder(stored: np.ndarray) -> np.ndarray:
+    rows, per_row = stored.shape
+    return np.ascontiguousarray(stored).ravel()[sparse24_metadata_offsets(rows, per_row)]
+
+
 def _positions_of(mask: np.ndarray, kind: str, tensor: str) -> np.ndarray:
     """``(rows, groups, 2)`` kept positions (in 4-slot units) of a 2-of-4 (fp32: 1-of-2) mask."""
     rows, cols = mask.shape
@@ -535,7 +606,8 @@ def encode_sparse24(
         ``(rows, cols/2)``, the storage dtype.
     meta : numpy.ndarray
         ``(rows, cols/16)`` ``int16`` (fp16, bf16), ``(rows, cols/8)`` ``int16`` (fp32) or
-        ``(rows, cols/32)`` ``int32`` (int8), in the sm80 storage order.
+        ``(rows, cols/32)`` ``int32`` (int8), in the sparse-24 storage order
+        (:func:`sparse24_metadata_offset`).
 
     Raises
     ------
@@ -551,12 +623,17 @@ def encode_sparse24(
     _check_kind(kind, SPARSE24_KINDS)
     dense = _storage("dense", dense, kind)
     rows, cols = dense.shape
-    try:
-        if mask is None:
-            return sparse_2to4.compress_2to4(dense, dtype_kind=kind)  # type: ignore[arg-type]
-        sparse_2to4.check_shape(rows, cols, kind)
-    except ValueError as error:
-        raise CheckpointFormatError(tensor, str(error)) from None
+    _check_sparse24_shape(tensor, rows, cols, kind)
+    if mask is None:
+        try:
+            values, logical = sparse_2to4.compress_2to4(
+                dense,
+                dtype_kind=kind,  # type: ignore[arg-type]
+                layout="logical",
+            )
+        except ValueError as error:
+            raise CheckpointFormatError(tensor, str(error)) from None
+        return values, _reorder(logical)
     mask = np.asarray(mask)
     if mask.dtype != np.bool_ or mask.shape != dense.shape:
         raise TypeError(f"mask must be bool of shape {dense.shape}, got {mask.dtype} {mask.shape}")
@@ -570,7 +647,7 @@ def encode_sparse24(
             dense.reshape(rows, cols // 4, 4), positions.astype(np.intp), axis=-1
         )
     nibbles = (positions[..., 0] | (positions[..., 1] << 2)).astype(np.uint8)
-    meta = sparse_2to4.reorder_metadata(sparse_2to4.pack_nibbles(nibbles, kind), kind)
+    meta = _reorder(sparse_2to4.pack_nibbles(nibbles, kind))
     return np.ascontiguousarray(values.reshape(rows, cols // 2)), meta
 
 
@@ -580,8 +657,8 @@ def decode_sparse24(
     """Decode and validate one ``sparse-24`` layer (CUTLASS values + sm80 metadata).
 
     Checks: ``values`` 2-D of the storage dtype of ``kind``; ``meta`` of the word dtype and
-    shape the kind needs; the alignment of ``specs/formats.md`` section 7 (no padding: the
-    converter refuses unaligned shapes); every nibble names two different positions in
+    shape the kind needs; rows divisible by 64 and columns by 32 (fp32: 16, int8: 64): no
+    padding, the converter cannot write other shapes; every nibble names two different positions in
     increasing order (PTX leaves equal positions undefined; no converter writes a decreasing
     pair). The mask is the stored positions, 2 per group of 4 (fp32: 1 per pair).
 
@@ -617,11 +694,9 @@ def decode_sparse24(
             f"has shape {meta.shape}; values {values.shape} ({kind}) need metadata "
             f"{expected} with {cols} divisible by {spec.dense_columns_per_word}",
         )
-    try:
-        sparse_2to4.check_shape(rows, cols, kind)
-    except ValueError as error:
-        raise CheckpointFormatError(value_name, str(error)) from None
-    nibbles = sparse_2to4.unpack_nibbles(sparse_2to4.unreorder_metadata(meta, kind), kind)
+    _check_sparse24_shape(value_name, rows, cols, kind)
+    logical = _unreorder(meta)
+    nibbles = sparse_2to4.unpack_nibbles(logical, kind)
     first, second = nibbles & 3, nibbles >> 2
     bad = first >= second
     if kind == "fp32":
@@ -636,7 +711,12 @@ def decode_sparse24(
             row=row,
             group=group,
         )
-    dense = sparse_2to4.decompress_2to4(values, meta, dtype_kind=kind)  # type: ignore[arg-type]
+    dense = sparse_2to4.decompress_2to4(
+        values,
+        logical,
+        dtype_kind=kind,  # type: ignore[arg-type]
+        layout="logical",
+    )
     positions = np.stack((first, second), axis=-1)
     if kind == "fp32":
         mask = np.zeros((rows, cols // 2, 2), dtype=bool)
@@ -657,10 +737,10 @@ def marlin24_mask(
 ) -> np.ndarray:
     """The ``(n, k)`` stored-position mask of a ``marlin-24`` layer, from its ``meta`` alone.
 
-    compressed-tensors' Marlin24 compressor runs PyTorch's CUTLASS converter on the fp16
-    quantised ``(n, k)`` weight and stores its sm80 ``(n, k/16)`` ``int16`` metadata with
-    ``resize_(k/32, 2n)``, i.e. the same words reshaped. The packed values are permuted and
-    bit-packed for the Marlin kernel and are not decoded here.
+    compressed-tensors' Marlin24 compressor runs its copy of PyTorch's CUTLASS converter on
+    the fp16 quantised ``(n, k)`` weight and stores the ``(n, k/16)`` ``int16`` metadata (in
+    the sparse-24 order) with ``resize_(k/32, 2n)``, i.e. the same words reshaped. The packed
+    values are permuted and bit-packed for the Marlin kernel and are not decoded here.
 
     Raises
     ------

@@ -377,6 +377,16 @@ def analyse_tensor(
         "flops": None,
         "time": None,
     }
+    if source.kind == "compressed":
+        from nmsim.report.compressed import stored_mask
+
+        # The stored 2:4 mask, decoded and checked; a layer that breaks its format is an error.
+        block, status, problem = stored_mask(source.location, info.name)
+        if block is not None:
+            entry["stored_mask"] = block
+        if problem is not None:
+            entry.update(status=status, reason=problem)
+            return entry
     reason = _skip_reason(info, settings)
     if reason is not None:
         entry.update(status="skipped", reason=reason)
@@ -388,20 +398,11 @@ def analyse_tensor(
         entry.update(status="skipped", reason=str(error))
         return entry
     entry["layout"] = layout
-    if source.kind == "compressed":
-        from nmsim.report.compressed import stored_mask
-
-        # The stored 2:4 mask, decoded and checked; a layer that breaks its format is an error.
-        block, status, problem = stored_mask(source.location, info.name)
-        if block is not None:
-            entry["stored_mask"] = block
-        if problem is not None:
-            entry.update(status=status, reason=problem)
-            return entry
     record = source.load(info, settings.seed)
     weight = np.asarray(record.array)
     magnitudes = np.abs(weight)
-    total_magnitude = float(np.sum(magnitudes, dtype=np.float64))
+    with np.errstate(invalid="ignore"):  # a signalling NaN is reported below, not warned about
+        total_magnitude = float(np.sum(magnitudes, dtype=np.float64))
     # One pass finds NaN/Inf: the float64 sum of |w| is finite exactly when all are.
     if not math.isfinite(total_magnitude):
         problem = _first_nonfinite(weight) or "sum of |w| overflows float64; tensor skipped"
