@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 # "check-weights" is nmref check --transposable --weights FILE: the hostile file as the weights
-COMMANDS = ("mask", "check", "check-weights", "report", "compress", "inspect")
+COMMANDS = ("mask", "check", "check-weights", "report", "compress", "inspect", "convert")
 MARKER = "PICKLE-RAN.marker"
 # The zip bomb inflates to this many bytes; tests set NMREF_MEMORY_BUDGET_GIB below it.
 BOMB_BYTES = 32 * 2**20

@@ -516,12 +516,7 @@ def _raw_file(path: Path, header: bytes, data: bytes = b"", declared: int | None
             None,
             "integers >= 0",
         ),
-        (
-            b'{"a": {"dtype": "X9", "shape": [2], "data_offsets": [0, 2]}}',
-            b"\0" * 2,
-            None,
-            "dtype 'X9'",
-        ),
+        (b'{"a": {"dtype": 9, "shape": [2], "data_offsets": [0, 2]}}', b"\0" * 2, None, "dtype 9"),
         (b'{"__metadata__": {"k": 1}}', b"", None, "__metadata__"),
     ],
 )
@@ -805,3 +800,12 @@ def test_cross_check_sparse24_with_compressed_tensors(kind: str) -> None:
     decoded = decode_sparse24(values, meta, kind)
     assert_same_bits(decoded.dense, _from_torch(torch, back, kind))
     print(f"cross-checked sparse-24 {kind} against compressed-tensors {version}")
+
+
+def test_unknown_dtypes_are_listed_but_never_read(tmp_path: Path) -> None:
+    header = b'{"a": {"dtype": "F8_E5M2", "shape": [2], "data_offsets": [0, 2]}}'
+    file = SafetensorsFile(_raw_file(tmp_path / "u.safetensors", header, b"\0\0"))
+    assert file.entries["a"].dtype == "F8_E5M2"
+    with pytest.raises(ValueError, match="dtype 'F8_E5M2', which this reader does not read"):
+        file.array("a")
+    assert open_checkpoint(tmp_path / "u.safetensors") is None  # a plain file: not compressed

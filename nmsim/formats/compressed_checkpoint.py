@@ -112,29 +112,28 @@ class SafetensorsFile:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        where = f"{str(self.path)!r}"
+        # the wording of nmref's readers: "path='x' is not a valid .safetensors file: ..."
+        where = f"path={str(self.path)!r} is not a valid .safetensors file"
         if not self.path.is_file():
-            raise ValueError(f"{where} is not a regular file")
+            raise ValueError(f"path={str(self.path)!r} is not a regular file")
         size = self.path.stat().st_size
         with open(self.path, "rb") as handle:
             prefix = handle.read(8)
             if len(prefix) < 8:
-                raise ValueError(f"{where} is not a .safetensors file: shorter than 8 bytes")
+                raise ValueError(f"{where}: shorter than 8 bytes")
             (header_size,) = struct.unpack("<Q", prefix)
             if header_size > min(_HEADER_LIMIT, size - 8):
                 raise ValueError(
-                    f"{where} is not a .safetensors file: its header declares {header_size} "
-                    f"bytes (file {size} bytes, limit {_HEADER_LIMIT})"
+                    f"{where}: its header declares {header_size} bytes (file {size} bytes, "
+                    f"limit {_HEADER_LIMIT})"
                 )
             raw = handle.read(header_size)
         try:
             header = json.loads(raw)
         except (UnicodeDecodeError, ValueError):
-            raise ValueError(
-                f"{where} is not a .safetensors file: its header is not JSON"
-            ) from None
+            raise ValueError(f"{where}: its header is not JSON") from None
         if not isinstance(header, dict):
-            raise ValueError(f"{where}: the safetensors header is not a JSON object")
+            raise ValueError(f"{where}: its header is not a JSON object")
         self.data_start = 8 + header_size
         data_size = size - self.data_start
         metadata = header.pop("__metadata__", None) or {}
@@ -151,8 +150,8 @@ class SafetensorsFile:
         if not isinstance(item, dict):
             raise ValueError(f"{bad} has no dtype/shape/data_offsets record")
         dtype, shape, offsets = item.get("dtype"), item.get("shape"), item.get("data_offsets")
-        if dtype not in DTYPES:
-            raise ValueError(f"{bad} has dtype {dtype!r}, not one of {sorted(DTYPES)}")
+        if not isinstance(dtype, str):
+            raise ValueError(f"{bad} has dtype {dtype!r}, not a name")
         if not isinstance(shape, list) or not all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
         ):
@@ -166,6 +165,9 @@ class SafetensorsFile:
             raise ValueError(
                 f"{bad} has data_offsets {offsets!r} outside the {data_size} data bytes"
             )
+        if dtype not in DTYPES:
+            # a dtype this reader does not map (F8_E5M2, F4, ...): listed, never read
+            return Entry(dtype, tuple(shape), offsets[0], offsets[1])
         itemsize = np.dtype(DTYPES[dtype][0]).itemsize
         needed = math.prod(shape) * itemsize
         if offsets[1] - offsets[0] != needed:
@@ -178,6 +180,11 @@ class SafetensorsFile:
     def array(self, name: str) -> np.ndarray:
         """The raw-bit array of tensor ``name`` (read-only memory map; zeros if empty)."""
         entry = self.entries[name]
+        if entry.dtype not in DTYPES:
+            raise ValueError(
+                f"path={str(self.path)!r}: tensor {name!r} has dtype {entry.dtype!r}, which this "
+                f"reader does not read (it reads {', '.join(DTYPES)})"
+            )
         dtype = np.dtype(DTYPES[entry.dtype][0])
         if entry.begin == entry.end:
             return np.zeros(entry.shape, dtype=dtype.newbyteorder("="))
@@ -322,8 +329,8 @@ def _read_json(path: Path) -> Any:
 def config_format(config: Any, where: str) -> str | None:
     """The 2:4 format a config.json names, or None; the string is only looked up in a table.
 
-    Reads ``quantization_config`` (``compression_config`` in files before compressed-tensors
-    0.7): its ``sparsity_config.format``, else its own ``format`` when that is ``marlin-24``.
+    Reads ``quantization_config`` (else ``compression_config``, a key early releases define):
+    its ``sparsity_config.format``, else its own ``format`` when that is ``marlin-24``.
     """
     if not isinstance(config, dict):
         raise ValueError(f"{where} is not a JSON object")
@@ -398,7 +405,7 @@ def _layer_shape(
             raise CheckpointFormatError(f"{prefix}.meta", "must be 2-D")
         rows, cols = meta.shape[1] // 2, 32 * meta.shape[0]
         return (rows, cols), "fp16"
-    kind = DTYPES[values.dtype][1]
+    kind = DTYPES.get(values.dtype, ("", None))[1]
     if kind is None:
         raise CheckpointFormatError(
             f"{prefix}{FORMATS[fmt][0]}",
@@ -571,7 +578,7 @@ def _plan(source: Path, target: str) -> tuple[list[_Planned], str]:
     encoded = 0
     for index, file in enumerate(files):
         for name, entry in file.entries.items():
-            kind = DTYPES[entry.dtype][1]
+            kind = DTYPES.get(entry.dtype, ("", None))[1]
             if not (name.endswith(".weight") and len(entry.shape) == 2 and kind is not None):
                 plans.append(_copy(files, index, name))
                 continue

@@ -57,6 +57,8 @@ def compressed_source(path: Path) -> dict[str, Any] | None:
     """
     if not (path.is_dir() or (path.is_file() and path.suffix.lower() == ".safetensors")):
         return None
+    if path.is_dir() and not any(path.glob("*.safetensors")):
+        return None  # not a safetensors model folder: the plain readers say what it is
     checkpoint = open_checkpoint(path)
     if checkpoint is None:
         return None
@@ -78,7 +80,7 @@ def compressed_entries(location: str) -> list[TensorInfo]:
     infos = [TensorInfo(x.name, x.shape, _DTYPE_NAMES[x.kind]) for x in checkpoint.layers]
     for index, name in checkpoint.passthrough:
         entry = checkpoint.files[index].entries[name]
-        infos.append(TensorInfo(name, entry.shape, _RAW_NAMES[entry.dtype]))
+        infos.append(TensorInfo(name, entry.shape, _RAW_NAMES.get(entry.dtype, entry.dtype)))
     return infos
 
 
@@ -136,9 +138,9 @@ def load_compressed(location: str, name: str) -> TensorRecord:
     index, stored = next((i, n) for i, n in checkpoint.passthrough if n == name)
     entry = checkpoint.files[index].entries[stored]
     raw = checkpoint.raw(index, stored)
-    kind = DTYPES[entry.dtype][1]
+    kind = DTYPES.get(entry.dtype, ("", None))[1]
     array = to_float32(np.asarray(raw), kind) if kind in ("bf16", "fp8_e4m3") else np.asarray(raw)
-    return TensorRecord(name, array, _RAW_NAMES[entry.dtype])
+    return TensorRecord(name, array, _RAW_NAMES.get(entry.dtype, entry.dtype))
 
 
 def compressed_line(report: dict[str, Any]) -> str | None:
