@@ -45,11 +45,17 @@ from nmsim.formats.compressed_tensors import (
     default_bitmask_mask,
     encode_bitmask,
     encode_sparse24,
-    marlin24_mask,
     nonzero_flags,
     sparse24_metadata_offset,
     sparse24_metadata_offsets,
     to_float32,
+)
+from nmsim.formats.marlin24 import (
+    decode_marlin24,
+    encode_marlin24,
+    marlin24_mask,
+    scale_permutation,
+    weight_permutation,
 )
 
 GOLDEN = Path(__file__).parent / "data" / "checkpoint_formats"
@@ -357,6 +363,58 @@ def test_marlin24_mask_reads_the_resized_metadata() -> None:
     )
     with pytest.raises(CheckpointFormatError, match="int32 rows"):
         marlin24_mask(stored, np.zeros((1, 2 * n), np.int32), tensor="fc")
+
+
+def random_marlin(rng: np.random.Generator, n: int, k: int, bits: int, groups: int):
+    quantized = rng.integers(-(1 << (bits - 1)), 1 << (bits - 1), size=(n, k))
+    keep = np.zeros((n, k // 4, 4), dtype=bool)
+    np.put_along_axis(keep, np.argsort(rng.random((n, k // 4, 4)), axis=-1)[..., :2], True, -1)
+    quantized = np.where(keep.reshape(n, k), quantized, 0).astype(np.int8)
+    scales = (rng.random((groups, n)) + 0.5).astype(np.float16)
+    return quantized, scales
+
+
+def test_marlin24_permutations_are_permutations() -> None:
+    for bits in (4, 8):
+        np.testing.assert_array_equal(np.sort(weight_permutation(bits)), np.arange(1024))
+    np.testing.assert_array_equal(np.sort(scale_permutation()), np.arange(64))
+    with pytest.raises(ValueError, match="bits=3 must be 4 or 8"):
+        weight_permutation(3)
+
+
+@pytest.mark.parametrize(("bits", "groups"), [(4, 1), (4, 2), (4, 4), (8, 1), (8, 8)])
+def test_marlin24_round_trip(bits: int, groups: int) -> None:
+    n, k = 64, 256
+    quantized, scales = random_marlin(np.random.default_rng(bits * 10 + groups), n, k, bits, groups)
+    stored = encode_marlin24(quantized, scales, bits=bits)
+    assert stored["weight_packed"].dtype == np.int32
+    assert stored["weight_packed"].shape == (k // 32, 16 * n * bits // 32)
+    assert stored["meta"].shape == (k // 32, 2 * n) and stored["scale_packed"].shape == (groups, n)
+    decoded = decode_marlin24(stored["weight_packed"], stored["scale_packed"], stored["meta"])
+    np.testing.assert_array_equal(decoded.quantized, quantized)
+    assert_same_bits(decoded.scales, scales)
+    assert (decoded.bits, decoded.group_size) == (bits, k // groups)
+    expected = quantized.astype(np.float32) * np.repeat(scales.astype(np.float32), k // groups, 0).T
+    np.testing.assert_array_equal(decoded.dequantized(), expected)
+    again = encode_marlin24(decoded.quantized, decoded.scales, bits=bits, mask=decoded.mask)
+    for key, value in stored.items():
+        assert_same_bits(again[key], value)
+
+
+def test_marlin24_rules() -> None:
+    quantized, scales = random_marlin(np.random.default_rng(9), 64, 128, 4, 2)
+    stored = encode_marlin24(quantized, scales, bits=4)
+    packed, scale, meta = stored["weight_packed"], stored["scale_packed"], stored["meta"]
+    with pytest.raises(CheckpointFormatError, match="gives 128 \\(4 bits\\) or 256"):
+        decode_marlin24(packed[:, :100], scale, meta, tensor="fc")
+    with pytest.raises(CheckpointFormatError, match="do not divide k=128"):
+        decode_marlin24(packed, np.zeros((3, 64), np.float16), meta, tensor="fc")
+    with pytest.raises(CheckpointFormatError, match="needs float16"):
+        decode_marlin24(packed, scale.astype(np.float32), meta, tensor="fc")
+    with pytest.raises(ValueError, match="must lie in \\[-8, 7\\]"):
+        encode_marlin24(quantized * 2, scales, bits=4)
+    with pytest.raises(ValueError, match="n % 64 == 0"):
+        encode_marlin24(quantized[:32], scales[:, :32], bits=4)
 
 
 def test_to_float32_is_exact() -> None:
@@ -809,3 +867,96 @@ def test_unknown_dtypes_are_listed_but_never_read(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="dtype 'F8_E5M2', which this reader does not read"):
         file.array("a")
     assert open_checkpoint(tmp_path / "u.safetensors") is None  # a plain file: not compressed
+
+
+def test_cross_check_marlin24_with_compressed_tensors() -> None:
+    version, conversions, _, torch = _compressed_tensors()
+    root = Path(importlib.util.find_spec("compressed_tensors").submodule_search_locations[0])
+    permutations_file = root / "utils" / "permutations_24.py"
+    loaded = importlib.util.spec_from_file_location("_ct_permutations", permutations_file)
+    permutations = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(permutations)
+
+    class QuantizationStrategy(enum.StrEnum):
+        GROUP = "group"
+        CHANNEL = "channel"
+
+    namespace = {
+        "torch": torch,
+        "np": np,
+        "numpy": np,
+        "Tensor": torch.Tensor,
+        "QuantizationArgs": object,
+        "QuantizationStrategy": QuantizationStrategy,
+        "get_permutations_24": permutations.get_permutations_24,
+        "sparse_semi_structured_from_dense_cutlass": conversions.sparse_semi_structured_from_dense_cutlass,
+    }
+    source = root / "compressors" / "sparse_quantized_compressors" / "marlin_24.py"
+    wanted = {"compress_weight_24", "marlin_permute_weights", "pack_weight_24", "pack_scales_24"}
+    tree = ast.parse(source.read_text())
+    body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in wanted]
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(source), "exec"), namespace)
+    rng = np.random.default_rng(10)
+    for bits, groups in ((4, 1), (4, 4), (8, 2), (8, 8)):
+        n, k = 128, 256
+        quantized, scales = random_marlin(rng, n, k, bits, groups)
+        strategy = QuantizationStrategy.GROUP if groups > 1 else QuantizationStrategy.CHANNEL
+        args = types.SimpleNamespace(num_bits=bits, strategy=strategy, group_size=k // groups)
+        # the body of Marlin24Compressor.compress for one weight
+        values, meta = namespace["compress_weight_24"](
+            torch.from_numpy(quantized.astype(np.float16))
+        )
+        values = values.t().contiguous()
+        shape = values.shape
+        values += (1 << bits) // 2
+        packed = namespace["pack_weight_24"](values, args)
+        scale_packed = namespace["pack_scales_24"](
+            torch.from_numpy(scales).contiguous(), args, shape
+        )
+        meta = meta.resize_(meta.shape[1] // 2, meta.shape[0] * 2)
+        ours = encode_marlin24(quantized, scales, bits=bits)
+        np.testing.assert_array_equal(ours["weight_packed"], packed.numpy())
+        assert_same_bits(ours["scale_packed"], scale_packed.numpy())
+        np.testing.assert_array_equal(ours["meta"], meta.numpy())
+        decoded = decode_marlin24(packed.numpy(), scale_packed.numpy(), meta.numpy())
+        np.testing.assert_array_equal(decoded.quantized, quantized)
+        assert_same_bits(decoded.scales, scales)
+    print(f"cross-checked marlin-24 against compressed-tensors {version}")
+
+
+def test_marlin24_checkpoint_folder_report_and_convert(tmp_path: Path, capsys) -> None:
+    from nmsim.report.build import ReportSettings, build_report
+    from tests.report_schema import SCHEMA, validate
+
+    quantized, scales = random_marlin(np.random.default_rng(11), 64, 128, 4, 1)
+    stored = encode_marlin24(quantized, scales, bits=4)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    write_safetensors(
+        folder / "model.safetensors",
+        {
+            "fc.weight_packed": ("I32", stored["weight_packed"]),
+            "fc.scale_packed": ("F16", stored["scale_packed"]),
+            "fc.meta": ("I16", stored["meta"]),
+            "fc.bias": ("F16", np.zeros(64, np.float16)),
+        },
+    )
+    config = {"quantization_config": {"quant_method": "compressed-tensors", "format": "marlin-24"}}
+    (folder / "config.json").write_text(json.dumps(config))
+    checkpoint = open_checkpoint(folder)
+    assert (checkpoint.format, checkpoint.format_source) == ("marlin-24", "config.json")
+    (layer,) = checkpoint.layers
+    assert (layer.name, layer.shape) == ("fc.weight", (64, 128))
+    expected = quantized.astype(np.float32) * scales.astype(np.float32).T
+    np.testing.assert_array_equal(checkpoint.decode(layer).dense, expected)
+    report = build_report(str(folder), ReportSettings(methods=("1d",)))
+    assert validate(report, SCHEMA) == []
+    entry = next(e for e in report["tensors"] if e["name"] == "fc.weight")
+    assert entry["status"] == "ok" and entry["stored_mask"]["valid"]
+    out = tmp_path / "dense.safetensors"
+    assert _nmsim("convert", str(folder), str(out), "--to", "dense") == 0
+    dtype, weight = read_all(out)["fc.weight"]
+    assert dtype == "F32"
+    np.testing.assert_array_equal(weight, expected)
+    assert _nmsim("convert", str(folder), str(tmp_path / "c.safetensors"), "--to", "cutlass") == 2
+    assert "converts only --to dense" in capsys.readouterr().err

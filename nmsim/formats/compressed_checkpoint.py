@@ -34,9 +34,9 @@ from nmsim.formats.compressed_tensors import (
     decode_sparse24,
     encode_bitmask,
     encode_sparse24,
-    marlin24_mask,
     nonzero_flags,
 )
+from nmsim.formats.marlin24 import decode_marlin24
 
 __all__ = [
     "CONVERT_TARGETS",
@@ -248,7 +248,7 @@ class CompressedCheckpoint:
         return self.raw(*layer.parts[suffix])
 
     def decode(self, layer: Layer) -> Decoded:
-        """Decode and validate one layer (``marlin-24``: values are not decoded)."""
+        """Decode and validate one layer (``marlin-24``: dequantised, as float32)."""
         if self.format == "sparse-24-bitmask":
             return decode_bitmask(
                 self._part(layer, ".compressed"),
@@ -264,18 +264,17 @@ class CompressedCheckpoint:
                 layer.kind,
                 tensor=f"{layer.prefix}.weight",
             )
-        raise CheckpointFormatError(
-            layer.prefix,
-            "marlin-24 values are permuted, bit-packed, quantised Marlin tiles; only the mask "
-            "is decoded (specs/checkpoint_formats.md)",
+        marlin = decode_marlin24(
+            self._part(layer, ".weight_packed"),
+            self._part(layer, ".scale_packed"),
+            self._part(layer, ".meta"),
+            tensor=layer.prefix,
         )
+        # quantised ints times fp16 scales are exact in float32
+        return Decoded(dense=marlin.dequantized(), mask=marlin.mask, kind="fp32")
 
     def mask(self, layer: Layer) -> np.ndarray:
         """The stored 2:4 positions of one layer, validated."""
-        if self.format == "marlin-24":
-            return marlin24_mask(
-                self._part(layer, ".meta"), self._part(layer, ".weight_packed"), tensor=layer.prefix
-            )
         return self.decode(layer).mask
 
     def summary(self) -> dict[str, Any]:
@@ -404,7 +403,7 @@ def _layer_shape(
         if len(meta.shape) != 2:
             raise CheckpointFormatError(f"{prefix}.meta", "must be 2-D")
         rows, cols = meta.shape[1] // 2, 32 * meta.shape[0]
-        return (rows, cols), "fp16"
+        return (rows, cols), "fp32"  # decoded as the dequantised float32 weight
     kind = DTYPES.get(values.dtype, ("", None))[1]
     if kind is None:
         raise CheckpointFormatError(
@@ -543,10 +542,10 @@ def _plan(source: Path, target: str) -> tuple[list[_Planned], str]:
     checkpoint = open_checkpoint(source)
     plans: list[_Planned] = []
     if checkpoint is not None:
-        if checkpoint.format == "marlin-24":
+        if checkpoint.format == "marlin-24" and target != "dense":
             raise ValueError(
-                f"{str(source)!r} is marlin-24: its quantised values are not decoded, so it "
-                "cannot be converted (specs/checkpoint_formats.md)"
+                f"{str(source)!r} is marlin-24 (quantised): it converts only --to dense, "
+                "which writes the dequantised float32 weights"
             )
         for layer in checkpoint.layers:
             if target == "sparse-24" and layer.kind not in SPARSE24_KINDS:
@@ -701,8 +700,8 @@ def iter_layers(checkpoint: CompressedCheckpoint) -> Iterator[tuple[Layer, Decod
 
 def stored_mask_summary(checkpoint: CompressedCheckpoint, layer: Layer) -> dict[str, Any]:
     """The report's ``stored_mask`` block of one layer: format, validity, kept and zero slots."""
-    decoded = None if checkpoint.format == "marlin-24" else checkpoint.decode(layer)
-    mask = checkpoint.mask(layer) if decoded is None else decoded.mask
+    decoded = checkpoint.decode(layer)
+    mask = decoded.mask
     groups = mask.size // 4
     out: dict[str, Any] = {
         "format": checkpoint.format,
@@ -710,7 +709,6 @@ def stored_mask_summary(checkpoint: CompressedCheckpoint, layer: Layer) -> dict[
         "groups": int(groups),
         "stored": int(np.count_nonzero(mask)),
     }
-    if decoded is not None:
-        zero_slots = mask & ~nonzero_flags(decoded.dense, decoded.kind)
-        out["stored_zeros"] = int(np.count_nonzero(zero_slots))
+    zero_slots = mask & ~nonzero_flags(decoded.dense, decoded.kind)
+    out["stored_zeros"] = int(np.count_nonzero(zero_slots))
     return out

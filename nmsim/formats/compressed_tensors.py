@@ -14,8 +14,8 @@ layouts, none of which has a maintained reader any more (``specs/checkpoint_form
     :mod:`nmsim.formats.sparse_2to4` with the ``torch-2.13`` nibble table, stored in an
     older metadata row order (:func:`sparse24_metadata_offset`, bands of 64 rows).
 ``marlin-24``
-    4/8-bit GPTQ-style weights permuted for the Marlin 2:4 kernel; only its metadata
-    (the kept positions) is decoded here (:func:`marlin24_mask`).
+    4/8-bit quantised weights permuted for the Marlin 2:4 kernel
+    (:mod:`nmsim.formats.marlin24`).
 
 This module works on arrays; :mod:`nmsim.formats.compressed_checkpoint` reads and writes
 files. Values travel as raw bits (bf16 as ``uint16``, fp8 e4m3 as ``uint8``) so that every
@@ -47,7 +47,6 @@ __all__ = [
     "default_bitmask_mask",
     "encode_bitmask",
     "encode_sparse24",
-    "marlin24_mask",
     "nonzero_flags",
     "sparse24_metadata_offset",
     "sparse24_metadata_offsets",
@@ -725,44 +724,3 @@ def decode_sparse24(
         mask = np.zeros((rows, cols // 4, 4), dtype=bool)
         np.put_along_axis(mask, positions.astype(np.intp), True, axis=-1)
     return Decoded(dense=dense, mask=mask.reshape(rows, cols), kind=kind)
-
-
-# ---------------------------------------------------------------------------------------------
-# marlin-24: the kept positions only
-# ---------------------------------------------------------------------------------------------
-
-
-def marlin24_mask(
-    meta: np.ndarray, weight_packed: np.ndarray, *, tensor: str = "weight"
-) -> np.ndarray:
-    """The ``(n, k)`` stored-position mask of a ``marlin-24`` layer, from its ``meta`` alone.
-
-    compressed-tensors' Marlin24 compressor runs its copy of PyTorch's CUTLASS converter on
-    the fp16 quantised ``(n, k)`` weight and stores the ``(n, k/16)`` ``int16`` metadata (in
-    the sparse-24 order) with ``resize_(k/32, 2n)``, i.e. the same words reshaped. The packed
-    values are permuted and bit-packed for the Marlin kernel and are not decoded here.
-
-    Raises
-    ------
-    CheckpointFormatError
-        ``meta`` not ``int16`` 2-D with an even column count; ``weight_packed`` not ``int32``
-        with as many rows; an invalid nibble (first named).
-    """
-    meta = np.asarray(meta)
-    meta_name = f"{tensor}.meta"
-    if meta.dtype != np.int16 or meta.ndim != 2 or meta.shape[1] % 2:
-        raise CheckpointFormatError(
-            meta_name, f"is {meta.dtype} {meta.shape}; marlin-24 stores int16 (k/32, 2n)"
-        )
-    packed = np.asarray(weight_packed)
-    if packed.dtype != np.int32 or packed.ndim != 2 or packed.shape[0] != meta.shape[0]:
-        raise CheckpointFormatError(
-            f"{tensor}.weight_packed",
-            f"is {packed.dtype} {packed.shape}; marlin-24 packs int32 rows of k/32 "
-            f"(meta has {meta.shape[0]})",
-        )
-    n, words = meta.shape[1] // 2, 2 * meta.shape[0]
-    logical = np.ascontiguousarray(meta).reshape(n, words)
-    values = np.zeros((n, 8 * words), dtype=np.float16)
-    decoded = decode_sparse24(values, logical, "fp16", tensor=tensor)
-    return decoded.mask

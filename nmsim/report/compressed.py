@@ -100,24 +100,14 @@ def stored_mask(location: str, name: str) -> tuple[dict[str, Any] | None, str, s
     """``(stored_mask block or None, status, problem or None)`` for one listed tensor.
 
     A layer that breaks its format gets ``valid: false``, status ``"error"`` and the message
-    naming the stored tensor and the first bad group; a ``marlin-24`` layer has its mask
-    checked but is ``"skipped"`` (its quantised values are not decoded).
+    naming the stored tensor and the first bad group. ``marlin-24`` layers are analysed as
+    their dequantised float32 weights.
     """
     checkpoint = _open(location)
     layer = _layer(checkpoint, name)
     if layer is None:
         return None, "ok", None
     try:
-        if checkpoint.format == "marlin-24":
-            block = stored_mask_summary(checkpoint, layer)
-            return (
-                block,
-                "skipped",
-                (
-                    "marlin-24: stored 2:4 mask decoded and valid; the quantised values are "
-                    "Marlin-permuted tiles that are not decoded, so no kept fractions"
-                ),
-            )
         _, block = _decoded(location, name)
     except CheckpointFormatError as error:
         return (
