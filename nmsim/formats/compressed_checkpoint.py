@@ -548,25 +548,29 @@ def _plan(source: Path, target: str) -> tuple[list[_Planned], str]:
                 "which writes the dequantised float32 weights"
             )
         for layer in checkpoint.layers:
-            if target == "sparse-24" and layer.kind not in SPARSE24_KINDS:
-                raise ValueError(
-                    f"layer {layer.name!r} holds {layer.kind} values; sparse-24 (--to cutlass) "
-                    f"stores {', '.join(SPARSE24_KINDS)} only"
-                )
-            decoded = checkpoint.decode(layer)  # validates; run again when writing
-            _encode(target, layer.prefix, decoded.dense, decoded.kind, decoded.mask)
-
-            def produce(layer: Layer = layer) -> dict[str, np.ndarray]:
-                again = checkpoint.decode(layer)
-                return _encode(target, layer.prefix, again.dense, again.kind, again.mask)
-
             rows, cols = layer.shape
-            plans.append(
-                _Planned(
-                    _encoded_entries(target, layer.prefix, rows, cols, layer.kind),
-                    produce,
-                    f"{checkpoint.format} -> {target}",
-                )
+            decoded = checkpoint.decode(layer)  # validates; run again when writing
+            layer_target, note = target, f"{checkpoint.format} -> {target}"
+            if target == "sparse-24" and layer.kind not in SPARSE24_KINDS:
+                layer_target = "dense"
+                note = f"kept dense: sparse-24 stores {', '.join(SPARSE24_KINDS)}, not {layer.kind}"
+            else:
+                try:
+                    _encode(target, layer.prefix, decoded.dense, decoded.kind, decoded.mask)
+                except CheckpointFormatError as error:
+                    # e.g. an fp32 2:4 layer, which sparse-24's 1:2 mode cannot hold
+                    layer_target, note = "dense", f"kept dense: {error}"
+
+            def produce(layer: Layer = layer, to: str = layer_target) -> dict[str, np.ndarray]:
+                again = checkpoint.decode(layer)
+                return _encode(to, layer.prefix, again.dense, again.kind, again.mask)
+
+            entries = _encoded_entries(layer_target, layer.prefix, rows, cols, layer.kind)
+            plans.append(_Planned(entries, produce, note))
+        if target != "dense" and all(p.note.startswith("kept dense") for p in plans):
+            raise ValueError(
+                f"{str(source)!r}: no layer fits {target} (the first: {plans[0].note}); "
+                "nothing to convert"
             )
         plans += [_copy(checkpoint.files, i, n) for i, n in checkpoint.passthrough]
         return plans, f"{checkpoint.format} (from {checkpoint.format_source})"

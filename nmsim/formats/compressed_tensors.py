@@ -623,6 +623,18 @@ def encode_sparse24(
     dense = _storage("dense", dense, kind)
     rows, cols = dense.shape
     _check_sparse24_shape(tensor, rows, cols, kind)
+    if mask is None and kind == "fp32":
+        # the TF32 mode keeps 1 of every 2: say so in this format's words
+        pairs = nonzero_flags(dense, kind).reshape(rows, cols // 2, 2).sum(axis=-1)
+        if (pairs > 1).any():
+            row, pair = _first(pairs > 1)
+            raise CheckpointFormatError(
+                tensor,
+                f"row {row}, pair {pair} (columns {2 * pair}-{2 * pair + 1}) holds 2 nonzeros; "
+                "fp32 sparse-24 is 1:2 (one per pair)",
+                row=row,
+                group=pair,
+            )
     if mask is None:
         try:
             values, logical = sparse_2to4.compress_2to4(
