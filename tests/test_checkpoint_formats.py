@@ -978,3 +978,56 @@ def test_marlin24_checkpoint_folder_report_and_convert(tmp_path: Path, capsys) -
     np.testing.assert_array_equal(weight, expected)
     assert _nmsim("convert", str(folder), str(tmp_path / "c.safetensors"), "--to", "cutlass") == 2
     assert "converts only --to dense" in capsys.readouterr().err
+
+
+@given(
+    rows=st.integers(0, 5),
+    cols=st.integers(0, 20),
+    packed_cols=st.integers(0, 4),
+    values_cols=st.integers(0, 12),
+    shape_dtype=st.sampled_from(["int64", "int32", "float32", "uint8"]),
+    half_words=st.integers(0, 3),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_decoders_on_garbage_raise_only_format_errors(
+    rows: int,
+    cols: int,
+    packed_cols: int,
+    values_cols: int,
+    shape_dtype: str,
+    half_words: int,
+    seed: int,
+) -> None:
+    rng = np.random.default_rng(seed)
+    compressed = random_bits(rng, (rows, values_cols), "bf16")
+    bitmask = rng.integers(0, 256, size=(rows, packed_cols), dtype=np.uint8)
+    shape = np.array([[rows], [cols]]).astype(shape_dtype)
+    try:
+        decoded = decode_bitmask(compressed, bitmask, shape, "bf16")
+    except CheckpointFormatError:
+        pass
+    else:  # accepted: then it is a valid 2:4 layer that re-encodes to the same bytes
+        counts = decoded.mask.reshape(rows, -1, 4).sum(-1) if cols else np.full(1, 2)
+        assert (counts == 2).all()
+        again = encode_bitmask(decoded.dense, "bf16", mask=decoded.mask)
+        np.testing.assert_array_equal(again["bitmask"], bitmask)
+    # metadata of 0, 32, 64 or 96 columns: aligned, so the nibble rules are what is tested
+    meta = rng.integers(-(2**15), 2**15, size=(64, 2 * half_words), dtype=np.int16)
+    if seed % 2:
+        meta[:] = np.int16(-4370)  # 0xEEEE, positions (2, 3) everywhere: half the layers pass
+    values = random_bits(rng, (64, 16 * half_words), "fp16")
+    try:
+        decoded = decode_sparse24(values, meta, "fp16")
+    except CheckpointFormatError:
+        pass
+    else:
+        again = encode_sparse24(decoded.dense, "fp16", mask=decoded.mask)
+        np.testing.assert_array_equal(again[1], meta)
+    try:
+        decode_marlin24(
+            rng.integers(-(2**31), 2**31, size=(rows, packed_cols), dtype=np.int32),
+            random_bits(rng, (max(rows, 1), 2 * packed_cols), "fp16"),
+            meta[: max(rows, 0)],
+        )
+    except CheckpointFormatError:
+        pass
