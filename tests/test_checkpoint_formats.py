@@ -1031,3 +1031,12 @@ def test_decoders_on_garbage_raise_only_format_errors(
         )
     except CheckpointFormatError:
         pass
+
+
+def test_a_tensor_in_two_shards_is_ambiguous(tmp_path: Path) -> None:
+    _bitmask_file(tmp_path, "a.safetensors")
+    _bitmask_file(tmp_path, "b.safetensors")  # e.g. a converted copy left in the model folder
+    with pytest.raises(
+        ValueError, match=re.escape("is in both 'a.safetensors' and 'b.safetensors'")
+    ):
+        open_checkpoint(tmp_path)

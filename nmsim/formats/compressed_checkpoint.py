@@ -440,6 +440,14 @@ def open_checkpoint(path: str | os.PathLike[str]) -> CompressedCheckpoint | None
         declared = config_format(_read_json(config_path), f"{str(config_path)!r}")
     files = [SafetensorsFile(p) for p in paths]
     names = [(i, n) for i, f in enumerate(files) for n in f.entries]
+    owner: dict[str, int] = {}
+    for index, name in names:
+        if name in owner:
+            raise ValueError(
+                f"tensor {name!r} is in both {files[owner[name]].path.name!r} and "
+                f"{files[index].path.name!r}: which one is meant is ambiguous"
+            )
+        owner[name] = index
     found = _format_from_names([n for _, n in names])
     if declared is None and found is None:
         return None

@@ -75,13 +75,14 @@ def compressed_source(path: Path) -> dict[str, Any] | None:
 
 
 def compressed_entries(location: str) -> list[TensorInfo]:
-    """Layers under their dense names and shapes, then the other tensors, without data."""
+    """Layers under their dense names and shapes and the other tensors, sorted by name (the
+    order safetensors lists a file in), without data."""
     checkpoint = _open(location)
     infos = [TensorInfo(x.name, x.shape, _DTYPE_NAMES[x.kind]) for x in checkpoint.layers]
     for index, name in checkpoint.passthrough:
         entry = checkpoint.files[index].entries[name]
         infos.append(TensorInfo(name, entry.shape, _RAW_NAMES.get(entry.dtype, entry.dtype)))
-    return infos
+    return sorted(infos, key=lambda info: info.name)
 
 
 def _layer(checkpoint: CompressedCheckpoint, name: str) -> Any:
