@@ -1040,3 +1040,29 @@ def test_a_tensor_in_two_shards_is_ambiguous(tmp_path: Path) -> None:
         ValueError, match=re.escape("is in both 'a.safetensors' and 'b.safetensors'")
     ):
         open_checkpoint(tmp_path)
+
+
+def test_report_applies_a_per_row_weight_scale_to_fp8_layers(tmp_path: Path) -> None:
+    from nmsim.report.build import ReportSettings, build_report
+
+    rng = np.random.default_rng(12)
+    dense = random_24(rng, 64, 64, "fp8_e4m3")
+    dense[np.isnan(to_float32(dense, "fp8_e4m3"))] = 0x38  # finite weights: analysed
+    parts = encode_bitmask(dense, "fp8_e4m3")
+    scale = (rng.random((64, 1)) + 0.5).astype(np.float32)
+    path = write_safetensors(
+        tmp_path / "fp8.safetensors",
+        {
+            "fc.compressed": ("F8_E4M3", parts["compressed"]),
+            "fc.bitmask": ("U8", parts["bitmask"]),
+            "fc.shape": ("I64", parts["shape"]),
+            "fc.weight_scale": ("F32", scale),
+        },
+    )
+    report = build_report(str(path), ReportSettings(methods=("1d",)))
+    entry = next(e for e in report["tensors"] if e["name"] == "fc.weight")
+    assert entry["status"] == "ok" and entry["source_dtype"] == "float8_e4m3fn"
+    scaled = np.abs(to_float32(dense, "fp8_e4m3") * scale)
+    assert entry["total_magnitude"] == pytest.approx(float(scaled.sum(dtype=np.float64)), rel=1e-6)
+    unscaled = float(np.abs(to_float32(dense, "fp8_e4m3")).sum(dtype=np.float64))
+    assert entry["total_magnitude"] != pytest.approx(unscaled, rel=1e-3)

@@ -89,12 +89,35 @@ def _layer(checkpoint: CompressedCheckpoint, name: str) -> Any:
     return next((layer for layer in checkpoint.layers if layer.name == name), None)
 
 
+def _weight_scale(checkpoint: CompressedCheckpoint, layer: Any) -> np.ndarray | None:
+    """``<layer>.weight_scale`` as a float32 column, when it is one scale per row or per tensor.
+
+    Quantised 2:4 layers (fp8, int8) keep their scale beside the compressed tensors (vLLM's
+    compressed-tensors 2:4 scheme reads it per channel, ``(rows, 1)``, or per tensor).
+    """
+    name = f"{layer.prefix}.weight_scale"
+    found = next(((i, n) for i, n in checkpoint.passthrough if n == name), None)
+    if found is None or layer.kind not in ("fp8_e4m3", "int8"):
+        return None
+    entry = checkpoint.files[found[0]].entries[name]
+    rows = layer.shape[0]
+    kind = DTYPES.get(entry.dtype, ("", None))[1]
+    if kind not in ("fp16", "bf16", "fp32") or entry.shape not in ((rows, 1), (rows,), (1,), ()):
+        return None
+    scale = to_float32(np.asarray(checkpoint.raw(*found)), kind)
+    return scale.reshape(-1, 1) if scale.size == rows else scale.reshape(1, 1)
+
+
 @lru_cache(maxsize=1)
 def _decoded(location: str, name: str) -> tuple[np.ndarray, dict[str, Any]]:
     checkpoint = _open(location)
     layer = _layer(checkpoint, name)
     decoded = checkpoint.decode(layer)
-    return to_float32(decoded.dense, decoded.kind), stored_mask_summary(checkpoint, layer)
+    weight = to_float32(decoded.dense, decoded.kind)
+    scale = _weight_scale(checkpoint, layer)
+    if scale is not None:
+        weight = weight * scale  # float32, rounded: the report's magnitudes, not stored bits
+    return weight, stored_mask_summary(checkpoint, layer)
 
 
 def stored_mask(location: str, name: str) -> tuple[dict[str, Any] | None, str, str | None]:
