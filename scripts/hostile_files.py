@@ -33,7 +33,16 @@ import numpy as np
 
 # "check-weights" is nmref check --transposable --weights FILE: the hostile file as the weights;
 # "calibrate" is nmsim calibrate --no-cv --corpus FILE: the hostile file as an extra corpus
-COMMANDS = ("mask", "check", "check-weights", "report", "compress", "inspect", "calibrate")
+COMMANDS = (
+    "mask",
+    "check",
+    "check-weights",
+    "report",
+    "compress",
+    "inspect",
+    "calibrate",
+    "convert",
+)
 MARKER = "PICKLE-RAN.marker"
 # The zip bomb inflates to this many bytes; tests set NMREF_MEMORY_BUDGET_GIB below it.
 BOMB_BYTES = 32 * 2**20

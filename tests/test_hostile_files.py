@@ -4,7 +4,8 @@
 ``.safetensors``/``.npy``/``.npz`` files, a zip bomb, object arrays, ``.pt`` files whose pickles
 would create a marker file, folders named like checkpoints, and hostile names. Each command
 (``nmref mask``, ``nmref check`` with the file as the mask and as ``--weights``, ``nmsim
-report``, ``nmsim compress``, ``nmsim inspect``, ``nmsim calibrate --corpus``) must exit 2 on each entry with exactly one
+report``, ``nmsim compress``, ``nmsim inspect``, ``nmsim calibrate --corpus``, ``nmsim
+convert``) must exit 2 on each entry with exactly one
 stderr line naming the file (as the message prints it: ``repr``, so escapes are escaped) and
 the problem, no traceback, nothing written (neither the ``-o``/``--out`` target nor a temporary
 file), the input byte-identical, and the marker never created. ``specs/errors.md`` section 5
@@ -99,6 +100,9 @@ def _argv(command: str, name: str, out: Path) -> tuple[object, list[str]]:
         return nmsim_main, ["compress", "--dtype", "fp16", "-o", str(out / "c.npz"), "--", name]
     if command == "calibrate":
         return nmsim_main, ["calibrate", "--no-cv", f"--corpus={name}"]
+    if command == "convert":
+        target = str(out / "c.safetensors")
+        return nmsim_main, ["convert", "--to", "sparse-24-bitmask", "--", name, target]
     return nmsim_main, ["inspect", "--", name]
 
 

@@ -193,6 +193,11 @@ def render_table(report: dict[str, Any], console: Any) -> None:
     )
     if checkpoint["synthetic"]:
         title += " [SYNTHETIC WEIGHTS]"
+    from nmsim.report.compressed import compressed_line
+
+    line = compressed_line(report)
+    if line is not None:
+        console.print(Text(printable(line)))
     table = Table(title=title, title_justify="left", show_footer=True)
     table.add_column("tensor", footer="model total")
     table.add_column("shape")

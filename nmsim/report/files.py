@@ -58,6 +58,10 @@ def csv_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             "groups_fit": align.get("groups_fit", ""),
             "tiles_fit": align.get("tiles_fit", ""),
         }
+        if report["checkpoint"].get("compressed"):
+            stored = entry.get("stored_mask") or {}
+            row["stored_mask_valid"] = stored.get("valid", "")
+            row["stored_zeros"] = stored.get("stored_zeros", "")
         for key in methods:
             result = entry["methods"].get(key) or {}
             row[f"{key}_kept_fraction"] = result.get("kept_fraction", "")
