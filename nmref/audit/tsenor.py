@@ -2,11 +2,12 @@ r"""Peer: TSENOR (Meng, Makni & Mazumder, NeurIPS 2025), entropic transport plus
 
 Follows the paper's public description ("TSENOR: Highly-Efficient Algorithm for
 Finding Transposable N:M Sparse Masks", arXiv 2505.23949: abstract, and a
-secondary summary of its Algorithms 1 and 2). Their code
+secondary summary of its Algorithms 1 and 2: a third-party note on the paper, not the
+paper itself; we did not read the full text). Their code
 (github.com/mazumder-lab/TSENOR) was not available to us; nothing here is
 copied. Float64 NumPy, all tiles at once.
 
-1. **Relaxation** (Sec. 3 of the paper, as summarised): per tile, the exactly-``n``
+1. **Relaxation** (as summarised): per tile, the exactly-``n``
    problem over :math:`0 \le S \le 1` with row and column sums ``n`` (a
    capacitated transport problem; its LP has integral vertices), regularised by
    entropy:
