@@ -104,6 +104,9 @@ def test_apex_best_breaks_ties_by_its_set_order_not_lexicographically():
         apex_best_mask(np.ones((4, 4))), apex_pattern_order()[0].reshape(4, 4)
     )
     assert not np.array_equal(apex_pattern_order()[0], hu2024_patterns()[0])
+    apex, hu = audit(np.ones((4, 4)), "2:4", methods=["apex-best", "hu2024"]).methods
+    assert (apex.total_gap, apex.gap_tiles, apex.non_canonical_tiles) == (0.0, 0, 1)
+    assert (hu.total_gap, hu.gap_tiles, hu.non_canonical_tiles) == (0.0, 0, 0)
 
 
 @given(arrays(np.int64, (8, 8), elements=st.integers(0, 3)))

@@ -65,6 +65,11 @@ class MethodReport(NamedTuple):
         Whole matrix: sum of gaps (exact, rounded once) and over the reference total.
     beats_exact_tiles : int
         Tiles where this (at-most) mask keeps more than the exactly-n optimum.
+    gap_tiles : int
+        Tiles with a nonzero gap (not optimal for the reference fill).
+    non_canonical_tiles : int
+        Tiles whose mask differs from nmref's canonical exactly-n optimum (for an
+        exactly-n mask of zero gap: a tie broken otherwise than rule T3).
     seconds : float
         Wall time of the method's call (this implementation, this machine).
     """
@@ -78,6 +83,8 @@ class MethodReport(NamedTuple):
     total_gap: float
     relative_gap: float
     beats_exact_tiles: int
+    gap_tiles: int
+    non_canonical_tiles: int
     seconds: float
 
     def as_dict(self) -> dict:
@@ -97,6 +104,8 @@ class MethodReport(NamedTuple):
             "total_gap": self.total_gap,
             "relative_gap": self.relative_gap,
             "beats_exact_tiles": self.beats_exact_tiles,
+            "gap_tiles": self.gap_tiles,
+            "non_canonical_tiles": self.non_canonical_tiles,
             "seconds": self.seconds,
         }
 
@@ -145,7 +154,8 @@ def summarize(results: Sequence[AuditResult]) -> list[dict]:
     Returns one dict per method (in first-seen order) with ``matrices``,
     ``validity`` (the worst over matrices), tile counts, ``reference`` (the set
     used), pooled per-tile relative-gap stats, per-matrix relative-gap stats,
-    ``beats_exact_tiles`` and ``seconds`` (sum).
+    the tile counts ``beats_exact_tiles``, ``gap_tiles`` and
+    ``non_canonical_tiles``, and ``seconds`` (sum).
     """
     order: list[str] = []
     grouped: dict[str, list[MethodReport]] = {}
@@ -177,6 +187,8 @@ def summarize(results: Sequence[AuditResult]) -> list[dict]:
                 "tile_relative_gap": gap_stats(tile_relative)._asdict(),
                 "matrix_relative_gap": gap_stats([r.relative_gap for r in valid])._asdict(),
                 "beats_exact_tiles": sum(r.beats_exact_tiles for r in reports),
+                "gap_tiles": sum(r.gap_tiles for r in reports),
+                "non_canonical_tiles": sum(r.non_canonical_tiles for r in reports),
                 "seconds": sum(r.seconds for r in reports),
             }
         )
@@ -188,7 +200,7 @@ def format_table(rows: Sequence[dict]) -> str:
     header = (
         f"{'method':<21} {'validity':<8} {'at-most tiles':>13} {'ref':<8} "
         f"{'tile mean%':>10} {'p50%':>8} {'p99%':>8} {'max%':>8} "
-        f"{'matrix mean%':>12} {'max%':>8} {'beats':>6} {'seconds':>8}"
+        f"{'matrix mean%':>12} {'max%':>8} {'gap tiles':>9} {'beats':>6} {'seconds':>8}"
     )
     lines = [header]
     for row in rows:
@@ -198,6 +210,6 @@ def format_table(rows: Sequence[dict]) -> str:
             f"{row['method']:<21} {row['validity']:<8} {row['tiles_at_most']:>13} {reference:<8} "
             f"{100 * tile['mean']:>10.4f} {100 * tile['p50']:>8.4f} {100 * tile['p99']:>8.4f} "
             f"{100 * tile['max']:>8.4f} {100 * matrix['mean']:>12.4f} {100 * matrix['max']:>8.4f} "
-            f"{row['beats_exact_tiles']:>6} {row['seconds']:>8.3f}"
+            f"{row['gap_tiles']:>9} {row['beats_exact_tiles']:>6} {row['seconds']:>8.3f}"
         )
     return "\n".join(lines)

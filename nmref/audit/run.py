@@ -182,6 +182,8 @@ def _score(method: Method, mask, blocks, best, fill: str, pattern: Pattern, seco
             math.nan,
             math.nan,
             0,
+            0,
+            _non_canonical(kept, best.exact_mask),
             seconds,
         )
     reference = "exact" if validity.kind == "exact" and fill == "exact" else "at_most"
@@ -207,8 +209,14 @@ def _score(method: Method, mask, blocks, best, fill: str, pattern: Pattern, seco
         total,
         total / reference_total if reference_total else 0.0,
         beats,
+        int((gap > 0).sum()),
+        _non_canonical(kept, best.exact_mask),
         seconds,
     )
+
+
+def _non_canonical(kept, canonical) -> int:
+    return int((kept != canonical).reshape(len(kept), -1).any(axis=1).sum())
 
 
 def _exact_total(blocks, reference_mask, kept, gap: NDArray) -> float:
