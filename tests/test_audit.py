@@ -303,3 +303,11 @@ def test_cli_table_and_errors(checkpoint, capsys):
     assert "--methods" in capsys.readouterr().err
     assert main(["audit", str(checkpoint), "--pattern", "2:4", "--include", "zzz"]) == 2
     assert "--include" in capsys.readouterr().err
+
+
+def test_cli_escapes_tensor_names(tmp_path, capsys):
+    path = tmp_path / "w.npz"
+    np.savez(path, **{"x\x1b[31m": np.ones((4, 4), dtype=np.float32)})
+    assert main(["audit", str(path), "--pattern", "2:4", "--methods", "exact"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\\x1b[31m" in out

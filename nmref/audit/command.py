@@ -68,7 +68,7 @@ def run_audit(args: argparse.Namespace) -> int:
         matrix = to_reduction_matrix(record.array, layout)
         if matrix.shape[0] % pattern.m or matrix.shape[1] % pattern.m:
             skipped.append(
-                f"{record.name} ([rows, reduction] {matrix.shape} not tiles of {pattern.m})"
+                f"{record.name!r} ([rows, reduction] {matrix.shape} not tiles of {pattern.m})"
             )
             continue
         try:
@@ -100,7 +100,7 @@ def run_audit(args: argparse.Namespace) -> int:
         return 0
     for name, result in zip(tensors, results, strict=True):
         print(
-            f"{name} {result.shape[0]}x{result.shape[1]}: {result.tiles} tiles, at-most optimum "
+            f"{name!r} {result.shape[0]}x{result.shape[1]}: {result.tiles} tiles, at-most optimum "
             f"above exactly-{pattern.n} optimum on {result.at_most_better_tiles}"
         )
     not_run = sorted({f"{k} ({v})" for r in results for k, v in r.skipped.items()})
