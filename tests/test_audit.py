@@ -170,6 +170,23 @@ def test_validity_exact_at_most_and_where_invalid():
     assert tuple(classify_mask(column, 2, 4).first_violation) == ((0, 1), "column", 0, 3)
 
 
+@given(arrays(np.bool_, (8, 12), elements=st.booleans()), st.integers(0, 4))
+def test_validity_agrees_with_is_transposable(mask, n):
+    validity = classify_mask(mask, n, 4)
+    assert (validity.kind == "exact") == nmref.is_transposable(mask, n, 4)
+    assert (validity.kind != "invalid") == nmref.is_transposable(mask, n, 4, exact=False)
+    assert validity.exact_tiles + validity.at_most_tiles + validity.invalid_tiles == 6
+
+
+@pytest.mark.parametrize(
+    ("shape", "pattern"), [((0, 0), "2:4"), ((0, 8), "4:8"), ((4, 4), "0:4"), ((4, 8), "4:4")]
+)
+def test_edge_patterns_and_empty_matrices(shape, pattern):
+    result = audit(np.random.default_rng(1).standard_normal(shape), pattern)
+    for report in result.methods:
+        assert report.validity.kind == "exact" and report.total_gap == 0.0, report.name
+
+
 def test_an_invalid_user_method_is_reported_with_its_violation():
     def everything(scores, weights, n, m):
         return np.ones(scores.shape, dtype=bool)

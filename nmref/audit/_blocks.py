@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["from_blocks", "to_blocks"]
+__all__ = ["flat_tiles", "from_blocks", "to_blocks"]
 
 
 def to_blocks(matrix: NDArray, m: int) -> NDArray:
@@ -24,3 +24,8 @@ def from_blocks(blocks: NDArray, shape: tuple[int, int], m: int) -> NDArray:
     rows, columns = shape
     grid = blocks.reshape(rows // m, columns // m, m, m).transpose(0, 2, 1, 3)
     return np.ascontiguousarray(grid).reshape(rows, columns)
+
+
+def flat_tiles(blocks: NDArray) -> NDArray:
+    """``(tiles, m, m)`` -> ``(tiles, m * m)``, also for zero tiles."""
+    return blocks.reshape(blocks.shape[0], int(np.prod(blocks.shape[1:])))

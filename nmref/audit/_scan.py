@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from nmref.audit._blocks import flat_tiles
+
 __all__ = ["descending_order", "keep_scan"]
 
 
@@ -19,7 +21,7 @@ def descending_order(values: NDArray, *, higher_index_first: bool = False) -> ND
     Among equal values the lower flat index comes first, or the higher one with
     ``higher_index_first`` (the reverse of a stable ascending sort).
     """
-    flat = values.reshape(len(values), -1)
+    flat = flat_tiles(values)
     if higher_index_first:
         return np.argsort(flat, axis=1, kind="stable")[:, ::-1]
     return np.argsort(-flat, axis=1, kind="stable")

@@ -36,7 +36,7 @@ from itertools import permutations
 import numpy as np
 from numpy.typing import NDArray
 
-from nmref.audit._blocks import from_blocks, to_blocks
+from nmref.audit._blocks import flat_tiles, from_blocks, to_blocks
 from nmref.audit._scan import descending_order, keep_scan
 
 __all__ = ["apex_best_mask", "apex_greedy_mask", "apex_pattern_order", "float32_pattern_sums"]
@@ -74,7 +74,7 @@ def apex_pattern_order() -> NDArray[np.bool_]:
 
 def float32_pattern_sums(blocks: NDArray, patterns: NDArray[np.bool_]) -> NDArray[np.float32]:
     """``(tiles, patterns)`` kept sums in float32, added left to right over the 16 entries."""
-    values = blocks.reshape(len(blocks), -1).astype(np.float32)
+    values = flat_tiles(blocks).astype(np.float32)
     weights = patterns.astype(np.float32)
     sums = np.zeros((len(blocks), len(patterns)), dtype=np.float32)
     for k in range(values.shape[1]):

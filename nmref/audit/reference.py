@@ -39,7 +39,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from nmref.audit._blocks import from_blocks, to_blocks
+from nmref.audit._blocks import flat_tiles, from_blocks, to_blocks
 from nmref.transposable import transposable_mask
 
 __all__ = ["Optima", "exact_difference", "kept_sums", "optima"]
@@ -82,7 +82,7 @@ def optima(scores: NDArray, n: int, m: int) -> Optima:
 
 def kept_sums(blocks: NDArray, kept: NDArray[np.bool_]) -> NDArray[np.float64]:
     """Kept sum of every tile, exact then rounded once (``math.fsum``)."""
-    values = np.where(kept, blocks, 0).astype(np.float64).reshape(len(blocks), -1)
+    values = flat_tiles(np.where(kept, blocks, 0).astype(np.float64))
     return np.array([math.fsum(row) for row in values.tolist()], dtype=np.float64)
 
 
@@ -94,10 +94,10 @@ def exact_difference(
     Tiles where both masks agree are exactly 0 without summing.
     """
     out = np.zeros(len(blocks), dtype=np.float64)
-    differ = np.flatnonzero((reference != mask).reshape(len(blocks), -1).any(axis=1))
+    differ = np.flatnonzero(flat_tiles(reference != mask).any(axis=1))
     if differ.size:
         signs = reference[differ].astype(np.int8) - mask[differ].astype(np.int8)
         # s * (+1, -1, 0) is exact in float64 for every float16/32/64 or int score here
-        terms = (blocks[differ].astype(np.float64) * signs).reshape(len(differ), -1)
+        terms = flat_tiles(blocks[differ].astype(np.float64) * signs)
         out[differ] = [math.fsum(row) for row in terms.tolist()]
     return out

@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from nmref._validation import as_scores, check_choice, check_finite_scores, check_tiled_matrix
-from nmref.audit._blocks import to_blocks
+from nmref.audit._blocks import flat_tiles, to_blocks
 from nmref.audit.methods import METHODS, Method
 from nmref.audit.reference import exact_difference, optima
 from nmref.audit.result import AuditResult, MethodReport, relative
@@ -216,7 +216,7 @@ def _score(method: Method, mask, blocks, best, fill: str, pattern: Pattern, seco
 
 
 def _non_canonical(kept, canonical) -> int:
-    return int((kept != canonical).reshape(len(kept), -1).any(axis=1).sum())
+    return int(flat_tiles(kept != canonical).any(axis=1).sum())
 
 
 def _exact_total(blocks, reference_mask, kept, gap: NDArray) -> float:

@@ -140,6 +140,8 @@ def tsenor_mask(
            [0, 0, 0, 1]])
     """
     values = np.asarray(scores, dtype=np.float64)
+    if n == 0:  # the only valid mask; the scaling below would divide 0 by 0
+        return np.zeros(values.shape, dtype=bool)
     blocks = to_blocks(values, m)
     plan = dykstra_plan(blocks, n, tau=tau, iterations=iterations)
     kept = keep_scan(descending_order(plan), n, m)
