@@ -11,7 +11,9 @@ already keeps ``n``. The keep-greedy of Hubara et al.'s code again, with one
 difference: NumPy's default sort of so few elements is an insertion sort, which
 is stable, so **equal values are visited higher flat index first** (nmref's
 greedy visits the lower first). Uncertain: a NumPy build that dispatches
-``argsort`` to an unstable SIMD sort could order ties otherwise. apex leaves rows
+``argsort`` to an unstable SIMD sort could order ties otherwise; and for ``m >= 8``
+(64 or more entries) NumPy's default sort is not stable, so apex's tie order is
+unspecified there and "higher index first" is one of its possible outcomes. apex leaves rows
 and columns outside whole tiles dense; the audit only has whole tiles.
 
 ``m4n2_2d_best`` (:func:`apex_best_mask`, 2:4): the 90 valid 4x4 patterns, the

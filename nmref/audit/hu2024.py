@@ -9,8 +9,8 @@ dot product of every pattern with ``|w|`` and keeps the ``argmax``.
 
 Here: the table is generated (not copied) in **descending lexicographic order of
 the row-major 16-entry keep-vector**; the rows of the published table that we
-read (its first and last rows and the transitions between leading rows) follow
-that order, and we assume the rest does. ``tl.argmax`` returns the first
+checked (its leading rows, its last row, the transitions between groups of equal
+first rows) follow that order, and we assume the rest does. ``tl.argmax`` returns the first
 maximum, so among patterns with equal sums the lexicographically greatest wins:
 **the same tie rule as nmref's canonical exact mask** (spec T3). With exact sums
 the peer is therefore the exact optimum, bit for bit; it departs only where the
