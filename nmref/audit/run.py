@@ -56,7 +56,7 @@ def audit(
     methods : sequence of names, or mapping name -> callable, optional
         Names from :data:`nmref.audit.METHODS` (default: all); a method not
         defined for the pattern (2:4-only peers) is listed in ``skipped``. A
-        mapping adds your own: ``callable(scores, weights, n, m) -> mask``.
+        mapping runs your own methods instead: ``callable(scores, weights, n, m) -> mask``.
     fill : {"exact", "at_most"}, default "exact"
         ``"exact"``: an exactly-``n`` mask is scored against the exactly-``n``
         optimum, any other valid mask against the at-most-``n`` optimum (never
