@@ -217,6 +217,19 @@ def test_an_at_most_mask_that_beats_the_exact_optimum_is_scored_against_the_at_m
     assert (exact_at_most.reference, exact_at_most.total_gap) == ("at_most", 4.0)
 
 
+def test_a_wrong_reference_is_caught_not_clamped(monkeypatch):
+    # mutant: the exactly-n optimum passed off as the at-most one
+    import nmref.audit.run as run
+
+    def wrong(scores, n, m):
+        best = optima(scores, n, m)
+        return best._replace(at_most_mask=best.exact_mask, at_most_value=best.exact_value)
+
+    monkeypatch.setattr(run, "optima", wrong)
+    with pytest.raises(RuntimeError, match="negative gap"):
+        audit(STALLED, "2:4", methods=["greedy"])
+
+
 @pytest.mark.parametrize(("n", "m"), [(2, 4), (1, 4), (3, 4), (2, 6), (4, 8)])
 def test_the_padded_at_most_optimum_equals_the_readable_at_most_solver(n, m):
     rng = np.random.default_rng(n * 10 + m)
