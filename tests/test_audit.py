@@ -341,3 +341,13 @@ def test_cli_escapes_tensor_names(tmp_path, capsys):
     assert main(["audit", str(path), "--pattern", "2:4", "--methods", "exact"]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\\x1b[31m" in out
+
+
+@pytest.mark.parametrize("content", [None, b"not a numpy file", b"\x93NUMPY\x01\x00"])
+def test_cli_unreadable_inputs_exit_2_in_one_line(tmp_path, capsys, content):
+    path = tmp_path / "w.npy"
+    if content is not None:
+        path.write_bytes(content)
+    assert main(["audit", str(path), "--pattern", "2:4"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nmref: error:") and err.count("\n") == 1
