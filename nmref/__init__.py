@@ -58,6 +58,17 @@ from nmref.transposable import (
 # Old public paths of moved modules: they import, with a DeprecationWarning, for one release.
 install_moved_modules({"nmref.flow": "nmref.transposable.flow"})
 
+
+def __getattr__(name: str) -> object:
+    # ``nmref.audit`` (the certified audit of transposable approximations, specs/audit.md)
+    # loads on first use: ``import nmref`` stays as light as it was.
+    if name == "audit":
+        import importlib
+
+        return importlib.import_module("nmref.audit")
+    raise AttributeError(f"module 'nmref' has no attribute {name!r}")
+
+
 try:
     __version__ = version("nm-sparsity-ref")
 except PackageNotFoundError:  # running from a source tree that is not installed

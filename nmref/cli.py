@@ -9,6 +9,9 @@
 ``nmref check MASK --pattern 2:4 [--transposable]``
     Exit 0 when every eligible tensor of ``MASK`` is N:M (nonzero = kept), else
     exit 1 naming the first violating tensor and group.
+``nmref audit IN --pattern 8:16 [--methods ...] [--json]``
+    Audit transposable methods (nmref's and labelled peers) against certified
+    optima: validity, gap distribution, time (``specs/audit.md``).
 ``nmref demo``
     Mask and check a small built-in example checkpoint.
 
@@ -372,6 +375,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --transposable: the weights file, to print each mask's optimality gap",
     )
     check.set_defaults(func=run_check)
+
+    from nmref.audit.command import add_audit_parser
+
+    add_audit_parser(subparsers, add_filters)
 
     demo = subparsers.add_parser("demo", help="mask and check a small built-in example")
     demo.add_argument("--out", help="folder for the example files (default: a temporary one)")
