@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 
 # "check-weights" is nmref check --transposable --weights FILE: the hostile file as the weights;
-# "calibrate" is nmsim calibrate --no-cv --corpus FILE: the hostile file as an extra corpus
+# "calibrate" is nmsim calibrate --no-cv --corpus FILE: the hostile file as an extra corpus;
+# "audit" is nmref audit FILE --pattern 2:4
 COMMANDS = (
     "mask",
     "check",
@@ -42,6 +43,7 @@ COMMANDS = (
     "inspect",
     "calibrate",
     "convert",
+    "audit",
 )
 MARKER = "PICKLE-RAN.marker"
 # The zip bomb inflates to this many bytes; tests set NMREF_MEMORY_BUDGET_GIB below it.
