@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from nmref._output import check_output
-from nmref.checkpoints import TensorRecord, iter_tensors, write_tensors
+from nmref._output import check_output, check_output_folder
+from nmref.checkpoints import FORMATS, TensorRecord, iter_tensors, write_tensors
 from nmref.layouts import LAYOUTS, default_layout, to_reduction_matrix
 from nmref.masks import magnitude_mask, nm_violations
 from nmref.patterns import Pattern, parse_pattern
@@ -56,12 +56,11 @@ def _regex(text: str) -> re.Pattern[str]:
 def _selected(
     path: str, args: argparse.Namespace, *, need_float: bool, skipped: list[str]
 ) -> Iterator[TensorRecord]:
+    from nmref.sharded import iter_input
+
     args.filtered_out = 0
-    for record in iter_tensors(path):
-        if args.include is not None and not args.include.search(record.name):
-            args.filtered_out += 1
-            continue
-        if args.exclude is not None and args.exclude.search(record.name):
+    for record in iter_input(path):
+        if not _passes_filters(record.name, args):
             args.filtered_out += 1
             continue
         if record.array.ndim < 2:
@@ -99,31 +98,102 @@ def _report_skipped(skipped: list[str]) -> None:
         print(f"skipped {len(skipped)} tensor(s) not eligible: {shown}", file=sys.stderr)
 
 
+def _mask_of(record: TensorRecord, args: argparse.Namespace) -> np.ndarray:
+    """The mask (or, with ``--apply``, the masked weights) of one tensor."""
+    pattern: Pattern = args.pattern
+    layout = _layout(args, record.array.ndim)
+    try:
+        if args.transposable:
+            from nmref.transposable import transposable_weight_mask
+
+            mask = transposable_weight_mask(
+                record.array, pattern.n, pattern.m, layout=layout, method=args.method
+            )
+        else:
+            mask = magnitude_mask(
+                record.array, pattern.n, pattern.m, layout=layout, remainder=args.remainder
+            )
+    except (ValueError, TypeError) as error:
+        raise CommandError(
+            f"tensor {record.name!r} {tuple(record.array.shape)}: {error}"
+        ) from error
+    return np.where(mask, record.array, 0) if args.apply else mask
+
+
+#: Stored dtypes ``nmref mask`` computes masks of (the float dtypes the readers give).
+_MASKABLE = ("float16", "bfloat16", "float32", "float64")
+
+
+def _passes_filters(name: str, args: argparse.Namespace) -> bool:
+    if args.include is not None and not args.include.search(name):
+        return False
+    return args.exclude is None or not args.exclude.search(name)
+
+
+def _run_mask_sharded(args: argparse.Namespace) -> int:
+    """``nmref mask MODEL_FOLDER -o OUT_FOLDER``: a sharded output with its own index.
+
+    Tensors are planned from the shards' headers, then read, masked and written one
+    at a time (memory: one tensor); the folder appears whole or not at all.
+    """
+    from nmref._safetensors_writer import PlannedTensor
+    from nmref.sharded import open_model, write_model
+
+    pattern: Pattern = args.pattern
+    check_output_folder(args.output, force=args.force, inputs=(args.input,), flag="-o")
+    model = open_model(args.input)
+    skipped: list[str] = []
+    args.filtered_out = 0
+    planned: list[tuple[str, PlannedTensor]] = []
+    for info, shard in model.tensors:
+        if not _passes_filters(info.name, args):
+            args.filtered_out += 1
+        elif len(info.shape) < 2:
+            skipped.append(f"{info.name} (ndim={len(info.shape)})")
+        elif info.source_dtype not in _MASKABLE:
+            skipped.append(f"{info.name} (dtype={info.source_dtype})")
+        else:
+            dtype = info.source_dtype if args.apply else "bool"
+            planned.append((shard, PlannedTensor(info.name, info.shape, dtype)))
+    if not planned:
+        raise CommandError(
+            _nothing_selected(args.input, args, skipped, "ndim >= 2 and a float dtype")
+        )
+    what = "masked weights" if args.apply else "masks"
+    metadata = {
+        "nmref": f"{what}, pattern {pattern}" + (" transposable" if args.transposable else "")
+    }
+    written = write_model(
+        args.output,
+        model,
+        planned,
+        lambda name: _mask_of(model.read(name), args),
+        force=args.force,
+        metadata=metadata,
+        copy_config=args.apply,
+    )
+    _report_skipped(skipped)
+    shards = sum(path.suffix == ".safetensors" for path in written)
+    print(
+        f"wrote {what} of {len(planned)} tensor(s) in {shards} shard(s), pattern {pattern}, "
+        f"to {Path(args.output)}"
+    )
+    return 0
+
+
 def run_mask(args: argparse.Namespace) -> int:
     """``nmref mask``: compute masks of every eligible tensor and write them atomically."""
+    from nmref.sharded import is_model_input
+
     pattern: Pattern = args.pattern
+    if is_model_input(args.input) and Path(args.output).suffix.lower() not in FORMATS:
+        return _run_mask_sharded(args)
     # Fail before the work when the output cannot be written (checked again on writing).
     check_output(args.output, force=args.force, inputs=(args.input,), flag="-o")
     skipped: list[str] = []
     outputs: dict[str, np.ndarray] = {}
     for record in _selected(args.input, args, need_float=True, skipped=skipped):
-        layout = _layout(args, record.array.ndim)
-        try:
-            if args.transposable:
-                from nmref.transposable import transposable_weight_mask
-
-                mask = transposable_weight_mask(
-                    record.array, pattern.n, pattern.m, layout=layout, method=args.method
-                )
-            else:
-                mask = magnitude_mask(
-                    record.array, pattern.n, pattern.m, layout=layout, remainder=args.remainder
-                )
-        except (ValueError, TypeError) as error:
-            raise CommandError(
-                f"tensor {record.name!r} {tuple(record.array.shape)}: {error}"
-            ) from error
-        outputs[record.name] = np.where(mask, record.array, 0) if args.apply else mask
+        outputs[record.name] = _mask_of(record, args)
     if not outputs:
         raise CommandError(
             _nothing_selected(args.input, args, skipped, "ndim >= 2 and a float dtype")
@@ -230,13 +300,15 @@ def _print_optimality_gap(
 
 def run_check(args: argparse.Namespace) -> int:
     """``nmref check``: exit 0 if every eligible tensor is N:M, 1 naming the first violation."""
+    from nmref.sharded import iter_input
+
     pattern: Pattern = args.pattern
     if args.weights is not None and not args.transposable:
         raise CommandError("--weights needs --transposable (it reports the optimality gap)")
     args.weight_tensors = (
         {}
         if args.weights is None
-        else {r.name: np.asarray(r.array) for r in iter_tensors(args.weights)}
+        else {r.name: np.asarray(r.array) for r in iter_input(args.weights)}
     )
     skipped: list[str] = []
     checked = 0
@@ -342,8 +414,17 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--exclude", type=_regex, help="skip tensors whose name matches")
 
     mask = subparsers.add_parser("mask", help="compute N:M magnitude masks of a tensor file")
-    mask.add_argument("input", help=".npy, .npz or .safetensors file")
-    mask.add_argument("-o", "--output", required=True, help="output file (.npy/.npz/.safetensors)")
+    mask.add_argument(
+        "input",
+        help=".npy, .npz or .safetensors file, a model folder or a *.safetensors.index.json",
+    )
+    mask.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="output file (.npy/.npz/.safetensors); for a model folder input, a folder "
+        "(sharded like the input, with its own index)",
+    )
     add_filters(mask)
     mask.add_argument(
         "--transposable",
@@ -361,7 +442,10 @@ def build_parser() -> argparse.ArgumentParser:
     mask.set_defaults(func=run_mask)
 
     check = subparsers.add_parser("check", help="check that a mask file is N:M")
-    check.add_argument("mask", help=".npy, .npz or .safetensors file (nonzero = kept)")
+    check.add_argument(
+        "mask",
+        help=".npy, .npz or .safetensors file, model folder or index (nonzero = kept)",
+    )
     add_filters(check)
     check.add_argument("--relaxed", action="store_true", help="accept at most N kept per group")
     check.add_argument(

@@ -39,6 +39,7 @@ from nmref.checkpoints import (
 )
 from nmref.layouts import LAYOUTS, default_layout, to_reduction_shape
 from nmref.patterns import Pattern, parse_pattern
+from nmref.sharded import is_model_input
 from nmsim.report.methods import (
     COST_MODELS,
     GEMMS,
@@ -199,22 +200,60 @@ class ReportSettings:
 
 @dataclass(frozen=True)
 class Source:
-    """Where tensors come from: ``kind`` is ``"file"`` or ``"zoo"``."""
+    """Where tensors come from: ``kind`` is ``"file"``, ``"model"`` or ``"zoo"``.
+
+    A ``"model"`` (a Hugging Face folder or ``*.safetensors.index.json``) carries its
+    validated listing, ``shards`` (tensor name -> shard file), so that worker processes
+    read one tensor without re-validating the index.
+    """
 
     kind: str
     location: str
+    shards: tuple[tuple[str, str], ...] = ()
+    listing: tuple[TensorInfo, ...] = ()
 
     def entries(self) -> list[TensorInfo]:
         """Every tensor's name, shape and dtype, without reading data."""
         if self.kind == "zoo":
             return [TensorInfo(n, s, "float32") for n, s in ZOO[self.location].shapes]
+        if self.kind == "model":
+            return list(self.listing)
         return list_tensors(self.location)
 
     def load(self, info: TensorInfo, seed: int) -> TensorRecord:
         """Read (or make) one tensor."""
         if self.kind == "zoo":
             return TensorRecord(info.name, synthetic_weight(info.name, info.shape, seed), "float32")
+        if self.kind == "model":
+            return read_tensor(_shard_map(self.shards)[info.name], info.name)
         return read_tensor(self.location, info.name)
+
+
+@functools.lru_cache(maxsize=4)
+def _shard_map(shards: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    return dict(shards)
+
+
+def _model_source(checkpoint: str) -> tuple[Source, dict[str, Any]]:
+    """A model folder or index: validated (``nmref.sharded.open_model``), headers only."""
+    from nmref.sharded import open_model
+
+    model = open_model(checkpoint)
+    shards = tuple((info.name, str(model.root / shard)) for info, shard in model.tensors)
+    metadata = {str(k): str(v) for k, v in sorted(model.metadata.items())}
+    for key in ("model_type", "torch_dtype"):
+        if isinstance(model.config.get(key), str):
+            metadata[f"config.{key}"] = model.config[key]
+    count = len(model.shards)
+    block = {
+        "source": checkpoint,
+        "kind": "model",
+        "synthetic": False,
+        "description": f"{model.name} ({count} safetensors shard{'s' if count > 1 else ''})",
+        "metadata": metadata,
+        "name": model.name,
+    }
+    return Source("model", checkpoint, shards, tuple(model.infos())), block
 
 
 def resolve_source(checkpoint: str | None) -> tuple[Source, dict[str, Any]]:
@@ -239,24 +278,30 @@ def resolve_source(checkpoint: str | None) -> tuple[Source, dict[str, Any]]:
             "description": f"{model.description}; SYNTHETIC weights N(0, 1/fan_in), "
             "shapes only: kept fractions describe random weights, not a trained model",
             "metadata": {},
+            "name": checkpoint,
         }
     elif checkpoint in INSTALLED_CHECKPOINTS:
         path = installed_checkpoint_path(checkpoint)
         block = {"source": str(path), "kind": "file", "synthetic": False}
+    elif is_model_input(checkpoint):
+        return _model_source(checkpoint)
     else:
         path = Path(checkpoint)
         if path.suffix.lower() not in READ_FORMATS:
             names = ", ".join([*ZOO, *INSTALLED_CHECKPOINTS])
             raise ValueError(
                 f"checkpoint {checkpoint!r} is neither a built-in model "
-                f"({names}) nor a file ending in {', '.join(READ_FORMATS)}"
+                f"({names}), a file ending in {', '.join(READ_FORMATS)}, a model folder "
+                "(config.json, model.safetensors or an index) nor a *.safetensors.index.json"
             )
         check_regular_file(path, f"checkpoint {checkpoint!r}", noun="checkpoint file")
         block = {"source": str(path), "kind": "file", "synthetic": False}
     metadata = _file_metadata(path)
     block["description"] = metadata.get("model", f"{path.name} ({path.suffix[1:]} checkpoint)")
+    block["name"] = "digits MLP" if checkpoint is None else metadata.get("name", path.stem)
     if checkpoint in INSTALLED_CHECKPOINTS:
         block["description"] = INSTALLED_CHECKPOINTS[checkpoint][3]
+        block["name"] = INSTALLED_CHECKPOINTS[checkpoint][3].split(" (")[0]
     block["metadata"] = metadata
     return Source("file", str(path)), block
 
