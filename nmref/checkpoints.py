@@ -89,7 +89,15 @@ def _suffix(path: Path, argument: str, formats: tuple[str, ...] = FORMATS) -> st
 def _safetensors_header(path: Path) -> tuple[dict, int]:
     with open(path, "rb") as handle:
         (header_size,) = struct.unpack("<Q", handle.read(8))
+        # checked before reading: a lying length (2**63) would ask read() for that much
+        if header_size > os.fstat(handle.fileno()).st_size - 8:
+            raise ValueError(
+                f"its header length {header_size} runs past the end of the file (truncated, "
+                "or a lying header)"
+            )
         header = json.loads(handle.read(header_size))
+    if not isinstance(header, dict):
+        raise ValueError("its header is not a JSON object")
     return header, 8 + header_size
 
 
@@ -497,16 +505,29 @@ def list_tensors(path: str | os.PathLike[str]) -> list[TensorInfo]:
             for name, entry in header.items():
                 if name == "__metadata__":
                     continue
+                if not isinstance(entry, dict) or not isinstance(entry.get("data_offsets"), list):
+                    _safetensors_refusal(path)
                 if data_start + entry["data_offsets"][1] > size:
                     raise ValueError(f"tensor {name!r} runs past the end of the file (truncated)")
                 dtype = _SAFETENSORS_DTYPES.get(entry["dtype"], entry["dtype"])
                 infos.append(TensorInfo(name, tuple(entry["shape"]), dtype))
+            # safetensors validates the rest (dtypes, shapes against offsets, overlaps) on
+            # opening, as for iter_tensors and read_tensor: the same file, the same refusal
+            with _safe_open(path):
+                pass
             # safetensors lists tensors sorted by name; match iter_tensors' order.
             return sorted(infos, key=lambda info: info.name)
         return [
             TensorInfo(name, tuple(tensor.shape), str(tensor.dtype).removeprefix("torch."))
             for name, tensor in _torch_tensors(path)
         ]
+
+
+def _safetensors_refusal(path: Path) -> None:
+    """Raise safetensors' own refusal of a malformed header (else a plain one)."""
+    with _safe_open(path):
+        pass
+    raise ValueError("its header has an entry that is not a tensor description")
 
 
 def read_tensor(path: str | os.PathLike[str], name: str) -> TensorRecord:

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from nmref._output import check_output, check_output_folder
+from nmref._progress import WorkProgress, stored_bytes
 from nmref.checkpoints import FORMATS, TensorRecord, iter_tensors, write_tensors
 from nmref.layouts import LAYOUTS, default_layout, to_reduction_matrix
 from nmref.masks import magnitude_mask, nm_violations
@@ -70,6 +71,37 @@ def _selected(
             skipped.append(f"{record.name} (dtype={record.source_dtype})")
             continue
         yield record
+
+
+def _progress_for(
+    path: str, args: argparse.Namespace, *, need_float: bool, label: str
+) -> WorkProgress:
+    """A progress bar over the tensors :func:`_selected` will yield (headers only)."""
+    from nmref._progress import WorkProgress, stored_bytes
+    from nmref.checkpoints import list_tensors
+    from nmref.sharded import is_model_input, open_model
+
+    infos = open_model(path).infos() if is_model_input(path) else list_tensors(path)
+    chosen = [
+        info
+        for info in infos
+        if _passes_filters(info.name, args)
+        and len(info.shape) >= 2
+        and (not need_float or info.source_dtype in _MASKABLE)
+    ]
+    tiles = sum(_tiles(info.shape, args) for info in chosen)
+    total = sum(stored_bytes(info.shape, info.source_dtype) for info in chosen)
+    return WorkProgress(label, len(chosen), total, tiles, quiet=args.quiet)
+
+
+def _tiles(shape: tuple[int, ...], args: argparse.Namespace) -> int:
+    """M x M tiles of a tensor (the exact transposable solver's unit of work), else 0."""
+    if not args.transposable:
+        return 0
+    count = 1
+    for size in shape:
+        count *= int(size)
+    return count // (args.pattern.m * args.pattern.m)
 
 
 def _nothing_selected(path: str, args: argparse.Namespace, skipped: list[str], need: str) -> str:
@@ -145,6 +177,7 @@ def _run_mask_sharded(args: argparse.Namespace) -> int:
     skipped: list[str] = []
     args.filtered_out = 0
     planned: list[tuple[str, PlannedTensor]] = []
+    sizes: dict[str, int] = {}
     for info, shard in model.tensors:
         if not _passes_filters(info.name, args):
             args.filtered_out += 1
@@ -155,6 +188,7 @@ def _run_mask_sharded(args: argparse.Namespace) -> int:
         else:
             dtype = info.source_dtype if args.apply else "bool"
             planned.append((shard, PlannedTensor(info.name, info.shape, dtype)))
+            sizes[info.name] = stored_bytes(info.shape, info.source_dtype)
     if not planned:
         raise CommandError(
             _nothing_selected(args.input, args, skipped, "ndim >= 2 and a float dtype")
@@ -163,15 +197,22 @@ def _run_mask_sharded(args: argparse.Namespace) -> int:
     metadata = {
         "nmref": f"{what}, pattern {pattern}" + (" transposable" if args.transposable else "")
     }
-    written = write_model(
-        args.output,
-        model,
-        planned,
-        lambda name: _mask_of(model.read(name), args),
-        force=args.force,
-        metadata=metadata,
-        copy_config=args.apply,
+    tiles = {t.name: _tiles(t.shape, args) for _, t in planned}
+    progress = WorkProgress(
+        "masking", len(planned), sum(sizes.values()), sum(tiles.values()), quiet=args.quiet
     )
+    with progress:
+        written = write_model(
+            args.output,
+            model,
+            planned,
+            lambda name: _mask_of(model.read(name), args),
+            force=args.force,
+            metadata=metadata,
+            copy_config=args.apply,
+            on_tensor=lambda name: progress.advance(name, sizes[name], tiles[name]),
+        )
+    progress.print_summary()
     _report_skipped(skipped)
     shards = sum(path.suffix == ".safetensors" for path in written)
     print(
@@ -192,8 +233,16 @@ def run_mask(args: argparse.Namespace) -> int:
     check_output(args.output, force=args.force, inputs=(args.input,), flag="-o")
     skipped: list[str] = []
     outputs: dict[str, np.ndarray] = {}
-    for record in _selected(args.input, args, need_float=True, skipped=skipped):
-        outputs[record.name] = _mask_of(record, args)
+    progress = _progress_for(args.input, args, need_float=True, label="masking")
+    with progress:
+        for record in _selected(args.input, args, need_float=True, skipped=skipped):
+            outputs[record.name] = _mask_of(record, args)
+            progress.advance(
+                record.name,
+                stored_bytes(record.array.shape, record.source_dtype),
+                _tiles(record.array.shape, args),
+            )
+    progress.print_summary()
     if not outputs:
         raise CommandError(
             _nothing_selected(args.input, args, skipped, "ndim >= 2 and a float dtype")
@@ -311,14 +360,34 @@ def run_check(args: argparse.Namespace) -> int:
         else {r.name: np.asarray(r.array) for r in iter_input(args.weights)}
     )
     skipped: list[str] = []
-    checked = 0
+    progress = _progress_for(args.mask, args, need_float=False, label="checking")
+    with progress:
+        status = _check_all(args, pattern, skipped, progress)
+    if status is not None:
+        return status
+    progress.print_summary()
+    checked = progress.done_tensors
+    if checked == 0:
+        raise CommandError(_nothing_selected(args.mask, args, skipped, "ndim >= 2"))
+    _report_skipped(skipped)
+    kind = "at most" if args.relaxed else "exactly"
+    where = " in every row and column of every tile" if args.transposable else ""
+    print(f"OK: {checked} tensor(s) keep {kind} {pattern.n} of every {pattern.m}{where}")
+    return 0
+
+
+def _check_all(
+    args: argparse.Namespace, pattern: Pattern, skipped: list[str], progress: WorkProgress
+) -> int | None:
+    """Check every selected tensor; the exit status of the first invalid one, else None."""
     for record in _selected(args.mask, args, need_float=False, skipped=skipped):
         layout = _layout(args, record.array.ndim)
+        size = stored_bytes(record.array.shape, record.source_dtype)
         if args.transposable:
-            checked += 1
             status = _check_transposable(record, layout, pattern, args)
             if status:
                 return status
+            progress.advance(record.name, size, _tiles(record.array.shape, args))
             continue
         try:
             matrix = to_reduction_matrix(record.array, layout)
@@ -329,7 +398,6 @@ def run_check(args: argparse.Namespace) -> int:
             raise CommandError(
                 f"tensor {record.name!r} {tuple(record.array.shape)}: {error}"
             ) from error
-        checked += 1
         if len(violations):
             row, group = (int(i) for i in violations[0])
             entries = matrix[row, group * pattern.m : (group + 1) * pattern.m]
@@ -346,13 +414,8 @@ def run_check(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
-    if checked == 0:
-        raise CommandError(_nothing_selected(args.mask, args, skipped, "ndim >= 2"))
-    _report_skipped(skipped)
-    kind = "at most" if args.relaxed else "exactly"
-    where = " in every row and column of every tile" if args.transposable else ""
-    print(f"OK: {checked} tensor(s) keep {kind} {pattern.n} of every {pattern.m}{where}")
-    return 0
+        progress.advance(record.name, size)
+    return None
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -439,6 +502,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mask.add_argument("--apply", action="store_true", help="write masked weights, not masks")
     mask.add_argument("--force", action="store_true", help="replace an existing output")
+    mask.add_argument("--quiet", action="store_true", help="no progress bar")
     mask.set_defaults(func=run_mask)
 
     check = subparsers.add_parser("check", help="check that a mask file is N:M")
@@ -455,6 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--weights",
         help="with --transposable: the weights file, to print each mask's optimality gap",
     )
+    check.add_argument("--quiet", action="store_true", help="no progress bar")
     check.set_defaults(func=run_check)
 
     demo = subparsers.add_parser("demo", help="mask and check a small built-in example")
@@ -470,8 +535,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2
+    from nmref._compile_notice import compile_notice
+
     try:
-        return int(args.func(args))
+        with compile_notice("nmref", quiet=getattr(args, "quiet", False)):
+            return int(args.func(args))
     except ImportError as error:
         # an optional dependency the command needs is missing: the environment, not the input
         print(f"nmref: error: {error}", file=sys.stderr)

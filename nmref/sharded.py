@@ -383,9 +383,10 @@ def _shard_writer(
 
     def arrays() -> Iterator[tuple[str, NDArray]]:
         for tensor in tensors:
-            yield tensor.name, compute(tensor.name)
-            if on_tensor is not None:
+            array = compute(tensor.name)
+            if on_tensor is not None:  # counted once computed: writing it is the quick part
                 on_tensor(tensor.name)
+            yield tensor.name, array
 
     def write(temporary: str) -> None:
         sizes.append(stream_safetensors(temporary, tensors, arrays(), metadata))

@@ -617,10 +617,13 @@ def _cost_totals(analysed: list[dict], settings: ReportSettings, cost: str) -> d
 
 @dataclass
 class Progress:
-    """Callbacks for a progress display: ``start(total)``, ``advance(name)``."""
+    """Callbacks for a progress display: ``start(total)``, ``advance(name)``, and
+    ``plan(sizes)`` before them, with each selected tensor's name and the bytes it will
+    read (0 for a tensor skipped unread)."""
 
     start: Callable[[int], None] = field(default=lambda total: None)
     advance: Callable[[str], None] = field(default=lambda name: None)
+    plan: Callable[[list[tuple[str, int]]], None] = field(default=lambda sizes: None)
 
 
 def build_report(
@@ -705,6 +708,17 @@ def build_report(
         if reason is None:
             costs.append(key)
     tasks = [(source, info, settings, tuple(available), tuple(costs)) for info in selected]
+    from nmref._progress import stored_bytes
+
+    progress.plan(
+        [
+            (
+                info.name,
+                0 if _skip_reason(info, settings) else stored_bytes(info.shape, info.source_dtype),
+            )
+            for info in selected
+        ]
+    )
     progress.start(len(tasks))
     entries = list(_entries_in_order(tasks, workers, lambda e: progress.advance(e["name"])))
     from nmsim import __version__
