@@ -20,17 +20,18 @@ expression. Errors are one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from nmref._output import check_output, check_output_folder
 from nmref._progress import WorkProgress, stored_bytes
-from nmref.checkpoints import FORMATS, TensorRecord, iter_tensors, write_tensors
+from nmref.checkpoints import FORMATS, TensorInfo, TensorRecord, iter_tensors, write_tensors
 from nmref.layouts import LAYOUTS, default_layout, to_reduction_matrix
 from nmref.masks import magnitude_mask, nm_violations
 from nmref.patterns import Pattern, parse_pattern
@@ -156,6 +157,52 @@ def _mask_of(record: TensorRecord, args: argparse.Namespace) -> np.ndarray:
 _MASKABLE = ("float16", "bfloat16", "float32", "float64")
 
 
+def _distributed(args: argparse.Namespace) -> bool:
+    """Whether ``nmref mask`` runs on a Dask cluster (``--scheduler``, or ``--workers`` > 1)."""
+    return args.scheduler is not None or args.workers > 1
+
+
+@contextlib.contextmanager
+def _masks_in_order(
+    args: argparse.Namespace, items: list[tuple[str, TensorInfo]]
+) -> Iterator[Callable[[str], np.ndarray]]:
+    """``compute(name)`` for ``items`` (``(path, info)``), called in their order.
+
+    On a Dask cluster (:mod:`nmref.distributed`) the masks are computed ahead by the
+    workers, large tensors in row bands; here, one at a time. The same bits either way.
+    """
+    from nmref.checkpoints import read_tensor
+
+    paths = {info.name: path for path, info in items}
+    if not _distributed(args):
+        yield lambda name: _mask_of(read_tensor(paths[name], name), args)
+        return
+    from nmref.distributed import MaskOptions, dask_client, distributed_masks
+
+    pattern: Pattern = args.pattern
+    options = MaskOptions(
+        pattern.n, pattern.m, args.layout, args.transposable, args.method, args.remainder
+    )
+    shapes = {info.name: tuple(info.shape) for _, info in items}
+    with dask_client(args.scheduler, args.workers) as client:
+        stream = distributed_masks(
+            client, [(path, info.name, info.shape) for path, info in items], options
+        )
+
+        def compute(name: str) -> np.ndarray:
+            try:
+                got, mask = next(stream)
+            except (ValueError, TypeError) as error:
+                raise CommandError(f"tensor {name!r} {shapes[name]}: {error}") from error
+            if got != name:  # pragma: no cover - the stream keeps the order it was given
+                raise RuntimeError(f"distributed masks out of order: {got!r} for {name!r}")
+            if args.apply:
+                return np.where(mask, read_tensor(paths[name], name).array, 0)
+            return mask
+
+        yield compute
+
+
 def _passes_filters(name: str, args: argparse.Namespace) -> bool:
     if args.include is not None and not args.include.search(name):
         return False
@@ -201,12 +248,13 @@ def _run_mask_sharded(args: argparse.Namespace) -> int:
     progress = WorkProgress(
         "masking", len(planned), sum(sizes.values()), sum(tiles.values()), quiet=args.quiet
     )
-    with progress:
+    items = [(str(model.root / shard), info) for info, shard in model.tensors if info.name in sizes]
+    with _masks_in_order(args, items) as compute, progress:
         written = write_model(
             args.output,
             model,
             planned,
-            lambda name: _mask_of(model.read(name), args),
+            compute,
             force=args.force,
             metadata=metadata,
             copy_config=args.apply,
@@ -227,6 +275,8 @@ def run_mask(args: argparse.Namespace) -> int:
     from nmref.sharded import is_model_input
 
     pattern: Pattern = args.pattern
+    if args.workers < 1:
+        raise CommandError(f"--workers {args.workers} must be >= 1")
     if is_model_input(args.input) and Path(args.output).suffix.lower() not in FORMATS:
         return _run_mask_sharded(args)
     # Fail before the work when the output cannot be written (checked again on writing).
@@ -234,14 +284,16 @@ def run_mask(args: argparse.Namespace) -> int:
     skipped: list[str] = []
     outputs: dict[str, np.ndarray] = {}
     progress = _progress_for(args.input, args, need_float=True, label="masking")
-    with progress:
-        for record in _selected(args.input, args, need_float=True, skipped=skipped):
-            outputs[record.name] = _mask_of(record, args)
-            progress.advance(
-                record.name,
-                stored_bytes(record.array.shape, record.source_dtype),
-                _tiles(record.array.shape, args),
-            )
+    if _distributed(args):
+        items = _listed(args, skipped)
+        with _masks_in_order(args, items) as compute, progress:
+            for _, info in items:
+                outputs[info.name] = compute(info.name)
+                progress.advance(
+                    info.name, stored_bytes(info.shape, info.source_dtype), _tiles(info.shape, args)
+                )
+    else:
+        progress = _masked_here(args, outputs, skipped, progress)
     progress.print_summary()
     if not outputs:
         raise CommandError(
@@ -254,6 +306,48 @@ def run_mask(args: argparse.Namespace) -> int:
     what = "masked weights" if args.apply else "masks"
     print(f"wrote {what} of {len(outputs)} tensor(s), pattern {pattern}, to {written}")
     return 0
+
+
+def _listed(args: argparse.Namespace, skipped: list[str]) -> list[tuple[str, TensorInfo]]:
+    """The eligible tensors of ``args.input`` from its headers (the cluster reads the data)."""
+    from nmref.checkpoints import list_tensors
+    from nmref.sharded import is_model_input, open_model
+
+    if is_model_input(args.input):
+        model = open_model(args.input)
+        listing = [(str(model.root / shard), info) for info, shard in model.tensors]
+    else:
+        listing = [(args.input, info) for info in list_tensors(args.input)]
+    args.filtered_out = 0
+    items = []
+    for path, info in listing:
+        if not _passes_filters(info.name, args):
+            args.filtered_out += 1
+        elif len(info.shape) < 2:
+            skipped.append(f"{info.name} (ndim={len(info.shape)})")
+        elif info.source_dtype not in _MASKABLE:
+            skipped.append(f"{info.name} (dtype={info.source_dtype})")
+        else:
+            items.append((path, info))
+    return items
+
+
+def _masked_here(
+    args: argparse.Namespace,
+    outputs: dict[str, np.ndarray],
+    skipped: list[str],
+    progress: WorkProgress,
+) -> WorkProgress:
+    """Mask every selected tensor of ``args.input`` in this process, one at a time."""
+    with progress:
+        for record in _selected(args.input, args, need_float=True, skipped=skipped):
+            outputs[record.name] = _mask_of(record, args)
+            progress.advance(
+                record.name,
+                stored_bytes(record.array.shape, record.source_dtype),
+                _tiles(record.array.shape, args),
+            )
+    return progress
 
 
 def _describe_group(shape: tuple[int, ...], layout: str, row: int, group: int, m: int) -> str:
@@ -503,6 +597,19 @@ def build_parser() -> argparse.ArgumentParser:
     mask.add_argument("--apply", action="store_true", help="write masked weights, not masks")
     mask.add_argument("--force", action="store_true", help="replace an existing output")
     mask.add_argument("--quiet", action="store_true", help="no progress bar")
+    mask.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="run on a dask.distributed cluster (tcp://host:8786), or 'local' for a local "
+        "cluster of --workers processes; identical output (needs the [dask] extra)",
+    )
+    mask.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="N > 1: a local Dask cluster of N single-threaded worker processes",
+    )
     mask.set_defaults(func=run_mask)
 
     check = subparsers.add_parser("check", help="check that a mask file is N:M")

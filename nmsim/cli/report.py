@@ -9,6 +9,7 @@ tensors with NaN/Inf are reported in the table and skipped (exit status 0).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from dataclasses import dataclass
@@ -93,7 +94,17 @@ def add_parser(subparsers: Any) -> None:
         help="permutations Bi-Mask's search tries",
     )
     parser.add_argument(
-        "--workers", type=int, default=1, metavar="N", help="processes (same result as 1)"
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="processes (same result as 1); with --scheduler local, the local Dask cluster's size",
+    )
+    parser.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="analyse the tensors on a dask.distributed cluster (tcp://host:8786), or 'local' "
+        "for a local cluster of --workers processes; the same document (needs the [dask] extra)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
@@ -573,9 +584,15 @@ def run(args: argparse.Namespace) -> int:
     errors = Console(stderr=True)
     state, callbacks = _progress(args.quiet)
     try:
-        with compile_notice("nmsim", quiet=args.quiet):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(compile_notice("nmsim", quiet=args.quiet))
+            client = None
+            if args.scheduler is not None:
+                from nmref.distributed import dask_client
+
+                client = stack.enter_context(dask_client(args.scheduler, args.workers))
             report = build_report(
-                args.checkpoint, settings, workers=args.workers, progress=callbacks
+                args.checkpoint, settings, workers=args.workers, progress=callbacks, client=client
             )
     except ImportError:
         raise  # exit 3: the environment lacks a module the analysis needs

@@ -530,9 +530,42 @@ def _analyse_task(task: tuple) -> dict[str, Any]:
     return analyse_tensor(*task)
 
 
-def _entries_in_order(
-    tasks: list[tuple], workers: int, on_done: Callable[[dict], None]
+def _entries_on_cluster(
+    tasks: list[tuple], client: Any, on_done: Callable[[dict], None]
 ) -> Iterator[dict[str, Any]]:
+    """Tensors analysed on a ``dask.distributed`` cluster, collected in listing order.
+
+    At most 2 tasks per worker in flight (bounded memory on the client); each task is
+    retried on another worker if its worker dies or it raises (``nmref.distributed``);
+    a task whose retries are spent is analysed here, so its error is the one-process one.
+    """
+    from nmref.distributed import RETRIES
+
+    workers = max(len(client.scheduler_info().get("workers", {})), 1)
+    pending: list[tuple[Any, tuple]] = []
+    next_task = 0
+    while next_task < len(tasks) or pending:
+        while next_task < len(tasks) and len(pending) < 2 * workers:
+            task = tasks[next_task]
+            pending.append((client.submit(_analyse_task, task, retries=RETRIES, pure=False), task))
+            next_task += 1
+        future, task = pending.pop(0)
+        try:
+            entry = future.result()
+        except Exception:
+            entry = _analyse_task(task)
+        finally:
+            future.release()
+        on_done(entry)
+        yield entry
+
+
+def _entries_in_order(
+    tasks: list[tuple], workers: int, on_done: Callable[[dict], None], client: Any = None
+) -> Iterator[dict[str, Any]]:
+    if client is not None:
+        yield from _entries_on_cluster(tasks, client, on_done)
+        return
     if workers <= 1 or len(tasks) <= 1:
         for task in tasks:
             entry = _analyse_task(task)
@@ -632,6 +665,7 @@ def build_report(
     *,
     workers: int = 1,
     progress: Progress | None = None,
+    client: Any = None,
 ) -> dict[str, Any]:
     """Analyse every eligible weight of a checkpoint; the report as a JSON-ready dict.
 
@@ -646,6 +680,9 @@ def build_report(
     workers : int
         Processes analysing tensors; the result does not depend on it.
     progress : Progress, optional
+    client : distributed.Client, optional
+        Analyse the tensors on this Dask cluster (``--scheduler``); ``workers`` is then
+        ignored. The document is the same.
 
     Returns
     -------
@@ -720,7 +757,7 @@ def build_report(
         ]
     )
     progress.start(len(tasks))
-    entries = list(_entries_in_order(tasks, workers, lambda e: progress.advance(e["name"])))
+    entries = list(_entries_in_order(tasks, workers, lambda e: progress.advance(e["name"]), client))
     from nmsim import __version__
 
     return {
