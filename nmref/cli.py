@@ -441,18 +441,32 @@ def _print_optimality_gap(
     )
 
 
+class _LazyWeights:
+    """``--weights`` of a model folder: each tensor read when its mask is checked."""
+
+    def __init__(self, model: object) -> None:
+        self.model = model
+        self.names = {info.name for info in model.infos()}  # type: ignore[attr-defined]
+
+    def get(self, name: str) -> np.ndarray | None:
+        if name not in self.names:
+            return None
+        return np.asarray(self.model.read(name).array)  # type: ignore[attr-defined]
+
+
 def run_check(args: argparse.Namespace) -> int:
     """``nmref check``: exit 0 if every eligible tensor is N:M, 1 naming the first violation."""
-    from nmref.sharded import iter_input
+    from nmref.sharded import is_model_input, iter_input, open_model
 
     pattern: Pattern = args.pattern
     if args.weights is not None and not args.transposable:
         raise CommandError("--weights needs --transposable (it reports the optimality gap)")
-    args.weight_tensors = (
-        {}
-        if args.weights is None
-        else {r.name: np.asarray(r.array) for r in iter_input(args.weights)}
-    )
+    if args.weights is None:
+        args.weight_tensors = {}
+    elif is_model_input(args.weights):
+        args.weight_tensors = _LazyWeights(open_model(args.weights))  # one tensor at a time
+    else:
+        args.weight_tensors = {r.name: np.asarray(r.array) for r in iter_input(args.weights)}
     skipped: list[str] = []
     progress = _progress_for(args.mask, args, need_float=False, label="checking")
     with progress:

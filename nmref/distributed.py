@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from nmref.checkpoints import read_tensor
+from nmref.checkpoints import read_tensor, read_tensor_rows
 from nmref.layouts import default_layout, from_reduction_matrix
 
 __all__ = ["BAND_ELEMENTS", "MaskOptions", "dask_client", "distributed_masks", "row_bands"]
@@ -145,7 +145,7 @@ def band_mask(path: str, name: str, band: tuple[int, int], options: MaskOptions)
     from nmref.masks import magnitude_mask
 
     start, stop = band
-    rows = read_tensor(path, name).array[start:stop]
+    rows = read_tensor_rows(path, name, start, stop).array  # only the band is read
     if options.transposable:
         from nmref.transposable import transposable_weight_mask
 

@@ -461,3 +461,40 @@ def test_sharded_mask_memory_is_bounded_by_the_largest_tensor(tmp_path):
     # A few working copies of one tensor (upcast, |w|, mask, masked copy), never a shard.
     assert after - before < 8 * upcast_bytes, (after - before, upcast_bytes)
     assert after - before < model_bytes / 4
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "bool"])
+def test_read_tensor_rows_equals_slicing_the_whole_tensor(tmp_path, dtype):
+    from nmref.checkpoints import read_tensor_rows
+
+    rng = np.random.default_rng(9)
+    if dtype == "bfloat16":
+        values = _bf16_values(rng, (12, 5))
+    elif dtype == "bool":
+        values = rng.standard_normal((12, 5)) > 0
+    else:
+        values = rng.standard_normal((12, 5)).astype(dtype)
+    path = tmp_path / "r.safetensors"
+    _shard(
+        path, {"a": np.ones((3, 3), np.float32), "w": values}, bf16=("w",) * (dtype == "bfloat16")
+    )
+    whole = read_tensor(path, "w")
+    for start, stop in [(0, 12), (4, 8), (11, 12), (5, 5), (8, 99)]:
+        band = read_tensor_rows(path, "w", start, stop)
+        assert band.source_dtype == whole.source_dtype
+        np.testing.assert_array_equal(band.array, whole.array[start:stop])
+    npz = tmp_path / "r.npz"
+    np.savez(npz, w=values)
+    np.testing.assert_array_equal(read_tensor_rows(npz, "w", 2, 6).array, values[2:6])
+
+
+def test_check_transposable_with_model_weights_prints_each_gap(tmp_path, capsys):
+    _model(tmp_path / "m")
+    out = str(tmp_path / "t")
+    argv = ["--pattern", "2:4", "--transposable", "--include", "layers"]
+    assert nmref_main(["mask", str(tmp_path / "m"), "-o", out, *argv]) == 0
+    capsys.readouterr()
+    assert nmref_main(["check", out, *argv, "--weights", str(tmp_path / "m")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    gaps = [line for line in lines if "optimality gap 0 (0.0000%" in line]
+    assert len(gaps) == 4  # exact masks: no gap, for each of the four masked weights
