@@ -5,6 +5,7 @@ duplication. A 2-worker ``LocalCluster`` with threads (fast to start) is shared.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -140,3 +141,38 @@ def test_report_on_a_cluster_is_the_same_document(tmp_path, client):
     settings = ReportSettings(methods=("1d", "transposable", "bimask"), bimask_candidates=5)
     alone = build_report(str(tmp_path / "m"), settings)
     assert build_report(str(tmp_path / "m"), settings, client=client) == alone
+
+
+def _dies_once(task: tuple) -> np.ndarray:
+    """Kill the worker process on the first attempt of the first band (a marker file says
+    it happened; module level so that worker processes import it)."""
+    marker = Path(task[0]).parent / f".died-{task[1]}"
+    if task[2] is not None and task[2][0] == 0 and not marker.exists():
+        marker.write_text("x")
+        os._exit(1)  # the worker process dies mid-task
+    return distributed._run(task)
+
+
+@pytest.mark.slow
+def test_a_worker_process_that_dies_mid_task_loses_nothing(tmp_path):
+    _model(tmp_path / "m", seed=9)
+    items = _items(tmp_path / "m")
+    options = MaskOptions(2, 4, "auto", False, "exact", "error")
+    with dask_client("local", 2) as client:
+        got = list(distributed_masks(client, items, options, band_elements=64, task=_dies_once))
+    died = sorted(p.name for p in (tmp_path / "m").iterdir() if p.name.startswith(".died-"))
+    assert died  # at least one worker really died
+    assert [name for name, _ in got] == [name for _, name, _ in items]
+    for (path, name, _), (_, mask) in zip(items, got, strict=True):
+        np.testing.assert_array_equal(mask, distributed.tensor_mask(path, name, options))
+
+
+def test_nmsim_report_on_a_local_cluster_prints_the_same_json(tmp_path, capsys):
+    from nmsim.cli import main as nmsim_main
+
+    _model(tmp_path / "m", seed=10)
+    base = ["report", str(tmp_path / "m"), "--json", "--quiet", "--methods", "1d,transposable"]
+    assert nmsim_main(base) == 0
+    alone = capsys.readouterr().out
+    assert nmsim_main([*base, "--scheduler", "local-threads", "--workers", "2"]) == 0
+    assert capsys.readouterr().out == alone
