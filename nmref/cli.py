@@ -15,6 +15,14 @@
 Eligible tensors have ``ndim >= 2`` (weights of GEMMs); ``mask`` also requires a
 floating dtype. ``--include`` / ``--exclude`` filter tensor names by regular
 expression. Errors are one line on stderr and exit status 2.
+
+``IN`` (and ``MASK``, ``--weights``) may be a Hugging Face model folder or a
+``*.safetensors.index.json`` (:mod:`nmref.sharded`): the index is validated, tensors
+are read one at a time, and ``mask`` writes a sharded ``-o`` folder with its own
+index (or, for ``-o`` ending in a tensor-file suffix, one file). ``--scheduler
+ADDRESS`` / ``--workers N`` compute the masks on a Dask cluster
+(:mod:`nmref.distributed`), the same bits. A progress bar and a summary line go to
+stderr when it is a terminal (``--quiet``: none).
 """
 
 from __future__ import annotations
