@@ -176,8 +176,21 @@ def _commit(temporary: str, target: Path, force: bool, name: str) -> None:
         os.unlink(temporary)
 
 
+#: Signals received while a handler of :func:`_signals_end_the_write` was installed.
+_RECEIVED: list[int] = []
+
+
 def _terminate(signum: int, frame: object) -> None:
+    _RECEIVED.append(signum)
     raise SystemExit(128 + signum)
+
+
+def _stop_if_terminated() -> None:
+    """Raise the pending ``SystemExit`` before publishing, even if the one the handler
+    raised was swallowed (Python ignores exceptions raised inside finalizers, and a
+    signal handler can run inside one): a terminated write is never published."""
+    if _RECEIVED:
+        raise SystemExit(128 + _RECEIVED[0])
 
 
 @contextlib.contextmanager
@@ -185,6 +198,8 @@ def _signals_end_the_write() -> Iterator[None]:
     """While writing, turn SIGTERM/SIGHUP into an exception so the clean-up runs."""
     installed: list[tuple[int, object]] = []
     if threading.current_thread() is threading.main_thread():
+        if signal.getsignal(getattr(signal, "SIGTERM", signal.SIGINT)) is signal.SIG_DFL:
+            _RECEIVED.clear()  # the outermost write (a nested one keeps what it heard)
         for signal_name in ("SIGTERM", "SIGHUP"):
             number = getattr(signal, signal_name, None)
             if number is None:
@@ -277,6 +292,7 @@ def output_file(
             # own, private one): give the result the mode the kernel chose above.
             os.chmod(temporary, mode)
             _fsync_file(temporary)
+            _stop_if_terminated()
             _commit(temporary, target, force, name)
             published = True
             _fsync_folder(target.parent if str(target.parent) else Path("."))
@@ -469,6 +485,7 @@ def output_folder(
         try:
             yield FolderWriter(temporary, target, flag)
             _fsync_folder(temporary)
+            _stop_if_terminated()
             _publish_folder(temporary, target, force, name)
             published = True
             _fsync_folder(parent)

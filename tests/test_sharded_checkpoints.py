@@ -498,3 +498,67 @@ def test_check_transposable_with_model_weights_prints_each_gap(tmp_path, capsys)
     lines = capsys.readouterr().out.splitlines()
     gaps = [line for line in lines if "optimality gap 0 (0.0000%" in line]
     assert len(gaps) == 4  # exact masks: no gap, for each of the four masked weights
+
+
+def test_two_folder_writers_racing_without_force_exactly_one_wins(tmp_path):
+    import threading
+
+    from nmref._output import output_folder
+
+    barrier = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def write(tag: str) -> None:
+        try:
+            with output_folder(tmp_path / "out") as folder:
+                folder.write("a.json", lambda p: Path(p).write_text(tag))
+                barrier.wait(timeout=10)  # both have built their hidden folder
+            outcomes.append(tag)
+        except ValueError as error:
+            outcomes.append(f"refused: {error}")
+
+    threads = [threading.Thread(target=write, args=(tag,)) for tag in ("x", "y")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    winners = [o for o in outcomes if not o.startswith("refused")]
+    assert len(winners) == 1, outcomes
+    assert "exists; pass --force" in next(o for o in outcomes if o.startswith("refused"))
+    assert (tmp_path / "out" / "a.json").read_text() == winners[0]
+    assert os.listdir(tmp_path) == ["out"]  # no hidden folder left behind
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_sharded_write_leaves_the_previous_output(tmp_path):
+    import signal
+    import time
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    rng = np.random.default_rng(11)
+    weight_map = {}
+    for s in range(4):
+        name = f"model-{s + 1:05d}-of-00004.safetensors"
+        tensor = f"layers.{s}.weight"
+        _shard(folder / name, {tensor: rng.standard_normal((512, 1024)).astype(np.float32)})
+        weight_map[tensor] = name
+    (folder / INDEX_NAME).write_text(json.dumps({"weight_map": weight_map}))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.json").write_text("previous")
+    command = [sys.executable, "-m", "nmref", "mask", str(folder), "-o", str(out), "--force"]
+    command += ["--pattern", "2:4", "--transposable", "--quiet"]
+    child = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and child.poll() is None:
+        hidden = [p for p in os.listdir(tmp_path) if p.startswith(".out.")]
+        if hidden and os.listdir(tmp_path / hidden[0]):  # a shard is being written
+            break
+        time.sleep(0.02)
+    assert child.poll() is None, "finished before it could be interrupted"
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 128 + signal.SIGTERM, err
+    assert sorted(os.listdir(tmp_path)) == ["m", "out"]
+    assert [p.name for p in out.iterdir()] == ["old.json"]
