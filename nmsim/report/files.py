@@ -284,6 +284,7 @@ def _speedup_plot(report: dict[str, Any]) -> bytes:
             markersize=4,
         )
     forward.axvline(1.0, color="black", linewidth=0.8)
+    forward.margins(x=0.05)  # the 1.0 line and interval ends off the frame
     coverage = next((b["coverage"] for _, b in rows if b and b.get("coverage")), None)
     interval = f"{coverage:.0%} prediction interval" if coverage else "prediction interval"
     forward.set_xlabel(f"inference speedup, forward GEMM at {settings['pattern']}\n({interval})")
@@ -308,6 +309,7 @@ def _speedup_plot(report: dict[str, Any]) -> bytes:
             label=columns[key]["title"],
         )
     training.axvline(1.0, color="black", linewidth=0.8)
+    training.margins(x=0.05)
     training.set_xlabel("training-step GEMM speedup, fwd + dX + dW\n(point estimates)")
     _legend_above(training)
     training.grid(axis="x", linewidth=0.4, alpha=0.5)
@@ -340,7 +342,8 @@ def _heatmap(report: dict[str, Any], weights: dict[str, np.ndarray]) -> bytes:
         image = axes.imshow(shown, cmap="viridis", interpolation="nearest")
         figure.colorbar(image, ax=axes, label="|w| of kept entries (pruned: blank)", shrink=0.8)
         axes.set_title(
-            f"{_model_title(report)}\n{_drawable(name)} [{layout}], 1-D {pattern} mask, "
+            # one fact per line: a long tensor name must not run into the colour bar
+            f"{_model_title(report)}\n{_drawable(name)} [{layout}]\n1-D {pattern} mask, "
             f"top-left {kept.shape[0]}x{kept.shape[1]}",
             fontsize=9,
         )
