@@ -94,7 +94,8 @@ def stream_safetensors(
     Raises
     ------
     ValueError
-        If ``arrays`` yields another name, shape or dtype than planned, or too few.
+        If ``arrays`` yields another name, shape or dtype than planned (BF16: float32
+        holding BF16 values), or too few.
 
     Notes
     -----
@@ -127,6 +128,11 @@ def stream_safetensors(
                 raise ValueError(
                     f"got tensor {name!r} {tuple(array.shape)}, expected {tensor.name!r} "
                     f"{tuple(tensor.shape)}"
+                )
+            given = np.float32 if tensor.dtype == "bfloat16" else np.dtype(tensor.dtype)
+            if np.asarray(array).dtype != given:  # never a silent cast
+                raise ValueError(
+                    f"tensor {name!r} is {np.asarray(array).dtype}, planned {tensor.dtype}"
                 )
             if tensor.dtype == "bfloat16":
                 data = bfloat16_bits(array)

@@ -289,6 +289,10 @@ def run_mask(args: argparse.Namespace) -> int:
         return _run_mask_sharded(args)
     # Fail before the work when the output cannot be written (checked again on writing).
     check_output(args.output, force=args.force, inputs=(args.input,), flag="-o")
+    if Path(args.output).suffix.lower() == ".safetensors" and (
+        is_model_input(args.input) or Path(args.input).suffix.lower() == ".safetensors"
+    ):
+        return _run_mask_streamed(args)
     skipped: list[str] = []
     outputs: dict[str, np.ndarray] = {}
     progress = _progress_for(args.input, args, need_float=True, label="masking")
@@ -314,6 +318,67 @@ def run_mask(args: argparse.Namespace) -> int:
     what = "masked weights" if args.apply else "masks"
     print(f"wrote {what} of {len(outputs)} tensor(s), pattern {pattern}, to {written}")
     return 0
+
+
+def _run_mask_streamed(args: argparse.Namespace) -> int:
+    """``.safetensors`` (or model) in, one ``.safetensors`` out, one tensor in memory at a time.
+
+    The output's tensors are planned from the input's headers and streamed into the
+    file as they are computed (:mod:`nmref._safetensors_writer`), so memory is one
+    tensor, not the model. Same tensors and values as holding them all: masks are
+    ``bool``; masked weights have the dtype ``np.where(mask, weights, 0)`` gives (BF16
+    read as its float32 upcast stays float32, as ever for a single-file output).
+    """
+    from nmref._safetensors_writer import PlannedTensor, stream_safetensors
+
+    pattern: Pattern = args.pattern
+    skipped: list[str] = []
+    items = _listed(args, skipped)
+    if not items:
+        raise CommandError(
+            _nothing_selected(args.input, args, skipped, "ndim >= 2 and a float dtype")
+        )
+    planned = [
+        PlannedTensor(
+            info.name, info.shape, _masked_dtype(info.source_dtype) if args.apply else "bool"
+        )
+        for _, info in items
+    ]
+    sizes = {info.name: stored_bytes(info.shape, info.source_dtype) for _, info in items}
+    progress = WorkProgress(
+        "masking",
+        len(items),
+        sum(sizes.values()),
+        sum(_tiles(info.shape, args) for _, info in items),
+        quiet=args.quiet,
+    )
+
+    def arrays(compute: Callable[[str], np.ndarray]) -> Iterator[tuple[str, np.ndarray]]:
+        for _, info in items:
+            array = compute(info.name)
+            progress.advance(info.name, sizes[info.name], _tiles(info.shape, args))
+            yield info.name, array
+
+    from nmref._output import write_output
+
+    with _masks_in_order(args, items) as compute, progress:
+        written = write_output(
+            args.output,
+            lambda temporary: stream_safetensors(temporary, planned, arrays(compute)),
+            force=args.force,
+            inputs=(args.input,),
+            flag="-o",
+        )
+    progress.print_summary()
+    _report_skipped(skipped)
+    what = "masked weights" if args.apply else "masks"
+    print(f"wrote {what} of {len(items)} tensor(s), pattern {pattern}, to {written}")
+    return 0
+
+
+def _masked_dtype(source_dtype: str) -> str:
+    """The dtype of ``np.where(mask, weights, 0)`` for weights read from ``source_dtype``."""
+    return "float32" if source_dtype == "bfloat16" else source_dtype
 
 
 def _listed(args: argparse.Namespace, skipped: list[str]) -> list[tuple[str, TensorInfo]]:

@@ -562,3 +562,30 @@ def test_sigterm_during_a_sharded_write_leaves_the_previous_output(tmp_path):
     assert child.returncode == 128 + signal.SIGTERM, err
     assert sorted(os.listdir(tmp_path)) == ["m", "out"]
     assert [p.name for p in out.iterdir()] == ["old.json"]
+
+
+@pytest.mark.parametrize("extra", [[], ["--apply"], ["--transposable", "--apply"]])
+def test_streamed_single_file_output_equals_the_in_memory_writer(tmp_path, capsys, extra):
+    """``-o x.safetensors`` from a .safetensors input is streamed; ``-o x.npz`` still holds
+    every tensor and writes with NumPy: the same tensors, values and dtypes."""
+    _model(tmp_path / "m")
+    merged = _merged(tmp_path / "m", tmp_path / "merged.safetensors")
+    argv = ["mask", str(merged), "--pattern", "2:4", *extra]
+    assert nmref_main([*argv, "-o", str(tmp_path / "streamed.safetensors")]) == 0
+    assert nmref_main([*argv, "-o", str(tmp_path / "held.npz")]) == 0
+    capsys.readouterr()
+    held = {r.name: r.array for r in iter_tensors(tmp_path / "held.npz")}
+    streamed = {r.name: r.array for r in iter_tensors(tmp_path / "streamed.safetensors")}
+    assert sorted(held) == sorted(streamed)
+    for name, array in held.items():
+        assert streamed[name].dtype == array.dtype, name
+        np.testing.assert_array_equal(streamed[name], array)
+
+
+def test_the_streaming_writer_never_casts_silently(tmp_path):
+    with pytest.raises(ValueError, match="is float64, planned float32"):
+        stream_safetensors(
+            str(tmp_path / "x.safetensors"),
+            [PlannedTensor("w", (2,), "float32")],
+            iter([("w", np.zeros(2))]),
+        )
