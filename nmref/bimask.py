@@ -1,4 +1,4 @@
-"""Bi-Mask: bi-directional N:M masks with a row-permutation search (Zhang et al., ICML 2023).
+"""Bi-Mask: bi-directional N:M masks with a row-permutation search (Zhang et al., ICML 2023 [1]_).
 
 A Bi-Mask layer keeps dense weights ``W`` (``[out, in]`` for Linear) and uses
 two masks every step:
