@@ -102,6 +102,7 @@ sphinx_gallery_conf = {
 API_MODULES = [
     ("nmref", "nmref", "Reference algorithms: 1-D and transposable N:M masks, SR-STE, BAME."),
     ("nmref.bimask", "nmref.bimask", "Bi-Mask: forward and backward masks, permutation search."),
+    ("nmref.explain", "nmref.explain", "Step-by-step traces in plain words (``nmref explain``)."),
     ("nmref.testing", "nmref.testing", "The conformance kit for other implementations."),
     ("nmsim", "nmsim", "Hardware model: GPUs, GEMM time, training FLOPs, 2:4 formats."),
     ("nmsim.torch", "nmsim.torch", "The torch path: the same bits on any torch device."),
