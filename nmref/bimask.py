@@ -344,6 +344,15 @@ def backward_mask(
         shape, a non-permutation, ``out % m != 0`` (``straddle``: size), an
         unknown ``rank``, or an invalid pattern.
 
+    See Also
+    --------
+    forward_mask
+        The mask ``F`` this one is a subset of.
+    search_permutation
+        The permutation search of the paper and code.
+    nmref.explain.explain_bimask
+        The steps on a small weight, in words.
+
     Notes
     -----
     Complexity O(size * m). Zhang et al. 2023, Sec. 3 (backward mask, row
