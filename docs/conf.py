@@ -59,7 +59,8 @@ templates_path = ["_templates"]
 exclude_patterns = ["_build", "examples", "auto_examples/*.ipynb", "auto_examples/*.py"]
 html_theme = "pydata_sphinx_theme"
 html_title = f"nmref / nmsim {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["specs.css"]
 html_theme_options = {
     "navigation_depth": 2,
     "show_toc_level": 2,
