@@ -61,7 +61,12 @@ def _write_pages(app: Sphinx) -> None:
     source_dir = Path(app.config.mdspecs_source)
     target = Path(app.srcdir) / "specs"
     target.mkdir(exist_ok=True)
-    for path in sorted(source_dir.glob("*.md")):
+    sources = sorted(source_dir.glob("*.md"))
+    # A spec that was removed or renamed must not live on as a stale page.
+    for page in target.glob("*.rst"):
+        if page.stem not in {path.stem for path in sources}:
+            page.unlink()
+    for path in sources:
         text = markdown_page(path.read_text(encoding="utf-8"), f"specs/{path.name}")
         page = target / f"{path.stem}.rst"
         # An unchanged page keeps its time stamp, so incremental builds skip it.
