@@ -726,6 +726,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo = subparsers.add_parser("demo", help="mask and check a small built-in example")
     demo.add_argument("--out", help="folder for the example files (default: a temporary one)")
     demo.set_defaults(func=run_demo)
+
+    from nmref.explain import add_parser as add_explain
+
+    add_explain(subparsers)
     return parser
 
 
