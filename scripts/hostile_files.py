@@ -33,7 +33,7 @@ import numpy as np
 
 # "check-weights" is nmref check --transposable --weights FILE: the hostile file as the weights;
 # "calibrate" is nmsim calibrate --no-cv --corpus FILE: the hostile file as an extra corpus;
-# "audit" is nmref audit FILE --pattern 2:4
+# "audit" is nmref audit FILE --pattern 2:4; "explain" is nmref explain transposable FILE
 COMMANDS = (
     "mask",
     "check",
@@ -44,6 +44,7 @@ COMMANDS = (
     "calibrate",
     "convert",
     "audit",
+    "explain",
 )
 MARKER = "PICKLE-RAN.marker"
 # The zip bomb inflates to this many bytes; tests set NMREF_MEMORY_BUDGET_GIB below it.

@@ -5,7 +5,7 @@
 would create a marker file, folders named like checkpoints, and hostile names. Each command
 (``nmref mask``, ``nmref check`` with the file as the mask and as ``--weights``, ``nmsim
 report``, ``nmsim compress``, ``nmsim inspect``, ``nmsim calibrate --corpus``, ``nmsim
-convert``, ``nmref audit``) must exit 2 on each entry with exactly one
+convert``, ``nmref audit``, ``nmref explain``) must exit 2 on each entry with exactly one
 stderr line naming the file (as the message prints it: ``repr``, so escapes are escaped) and
 the problem, no traceback, nothing written (neither the ``-o``/``--out`` target nor a temporary
 file), the input byte-identical, and the marker never created. ``specs/errors.md`` section 5
@@ -32,7 +32,7 @@ SCRIPT = ROOT / "scripts" / "hostile_files.py"
 # the zip bomb inflates to 32 MiB; a 0.01 GiB (10.7 MB) budget refuses it before inflating
 BUDGET_GIB = "0.01"
 # the commands that read .pt/.pth through torch (nmsim compress/inspect read only NumPy files)
-TORCH = ("mask", "check", "check-weights", "report", "audit")
+TORCH = ("mask", "check", "check-weights", "report", "audit", "explain")
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
 
@@ -98,6 +98,8 @@ def _argv(command: str, name: str, out: Path) -> tuple[object, list[str]]:
         return nmsim_main, ["report", "--methods", "1d", "--quiet", "--out", report, "--", name]
     if command == "compress":
         return nmsim_main, ["compress", "--dtype", "fp16", "-o", str(out / "c.npz"), "--", name]
+    if command == "explain":
+        return nmref_main, ["explain", "transposable", "--pattern", "2:4", "--", name]
     if command == "audit":
         return nmref_main, ["audit", "--pattern", "2:4", "--", name]
     if command == "calibrate":
