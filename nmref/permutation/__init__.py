@@ -41,6 +41,7 @@ References
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from types import ModuleType
@@ -244,8 +245,8 @@ def permutation_objective(
     >>> w = np.array([[4.0, 0.0, 3.0, 0.0], [0.0, 2.0, 0.0, 1.0]])
     >>> permutation_objective(w, 1, 2)           # groups {0,1}, {2,3}
     10.0
-    >>> permutation_objective(w, 1, 2, [0, 2, 1, 3])  # {0,2} share a group
-    7.0
+    >>> permutation_objective(w, 1, 2, [0, 2, 1, 3])  # {0,2} and {1,3}: 4 + 2
+    6.0
     """
     pattern = check_pattern(n, m)
     magnitudes = _magnitudes(weight, pattern, layout)
@@ -295,7 +296,7 @@ def permutation_efficacy(
     Examples
     --------
     >>> w = np.array([[4.0, 0.0, 3.0, 0.0], [0.0, 2.0, 0.0, 1.0]])
-    >>> permutation_efficacy(w, 1, 2, [0, 2, 1, 3])   # kept 7, identity 10, bound 10
+    >>> permutation_efficacy(w, 1, 2, [0, 2, 1, 3])   # identity 10 = bound 10
     1.0
     """
     identity = permutation_objective(weight, n, m, layout=layout)
@@ -529,7 +530,7 @@ def _blocked_search(
         offset = 0 if index % 2 == 0 else block_stripes // 2
         cuts = [0, *range(offset, stripes, block_stripes), stripes]
         pass_moves = 0
-        for low, high in zip(cuts[:-1], cuts[1:], strict=True):
+        for low, high in itertools.pairwise(cuts):
             if high - low < k:
                 continue
             found, block_moves, _, block_rounds, block_converged = kernels.search(
