@@ -18,12 +18,13 @@ CHUNK = 256
 
 @numba.njit(cache=True, nogil=True)
 def _group_value_into(magnitudes, columns, n, work, rank):  # pragma: no cover - compiled
-    """Kept magnitude of the group ``columns``; ``work`` is (m + 1, CHUNK), ``rank`` (CHUNK,).
+    """Kept magnitude of the group ``columns``; ``work`` is (m + 1, CHUNK), ``rank`` (m, CHUNK).
 
     Entry ``i`` of a row has rank ``#{j < i: x_j >= x_i} + #{j > i: x_j > x_i}``
-    (distinct ranks, ties to the lower index); the ``n`` of rank below ``n``
-    land in ``work[rank]``, so they are added from the largest down (P3) with
-    no data-dependent branch. Ties do not matter to the sum: equal values.
+    (distinct ranks, ties to the lower index). Slot ``s < n`` is the sum over
+    ``i`` of ``x_i if rank_i == s else 0``: exactly the ``s``-th largest value
+    (adding zeros is exact), so the slots are then added from the largest down
+    (P3). No data-dependent branch: the loops over rows vectorise.
     """
     m = columns.shape[0]
     rows = magnitudes.shape[1]
@@ -34,18 +35,26 @@ def _group_value_into(magnitudes, columns, n, work, rank):  # pragma: no cover -
         count = min(CHUNK, rows - start)
         for i in range(m):
             own = magnitudes[columns[i], start : start + count]
+            ranks = rank[i]
             for r in range(count):
-                rank[r] = 0
+                ranks[r] = 0
             for j in range(m):
                 other = magnitudes[columns[j], start : start + count]
                 if j < i:
                     for r in range(count):
-                        rank[r] += other[r] >= own[r]
+                        ranks[r] += other[r] >= own[r]
                 elif j > i:
                     for r in range(count):
-                        rank[r] += other[r] > own[r]
+                        ranks[r] += other[r] > own[r]
+        for slot in range(n):
+            acc = work[slot]
             for r in range(count):
-                work[min(rank[r], n), r] = own[r]
+                acc[r] = 0.0
+            for i in range(m):
+                own = magnitudes[columns[i], start : start + count]
+                ranks = rank[i]
+                for r in range(count):
+                    acc[r] += own[r] if ranks[r] == slot else 0.0
         for r in range(count):
             row = 0.0
             for slot in range(n):
@@ -58,7 +67,11 @@ def _group_value_into(magnitudes, columns, n, work, rank):  # pragma: no cover -
 def group_value(magnitudes, columns, n):  # pragma: no cover - compiled
     """Kept magnitude of one group (as :func:`nmref.permutation.reference.group_value`)."""
     return _group_value_into(
-        magnitudes, columns, n, np.empty((columns.shape[0] + 1, CHUNK)), np.empty(CHUNK, np.int64)
+        magnitudes,
+        columns,
+        n,
+        np.empty((columns.shape[0] + 1, CHUNK)),
+        np.empty((columns.shape[0], CHUNK), np.int32),
     )
 
 
@@ -69,7 +82,7 @@ def objective(magnitudes, permutation, n, m):  # pragma: no cover - compiled
     values = np.empty(groups)
     lowest = np.empty(groups, dtype=np.int64)
     work = np.empty((m + 1, CHUNK))
-    rank = np.empty(CHUNK, dtype=np.int64)
+    rank = np.empty((m, CHUNK), dtype=np.int32)
     for g in range(groups):
         columns = permutation[g * m : (g + 1) * m]
         values[g] = _group_value_into(magnitudes, columns, n, work, rank)
@@ -107,7 +120,7 @@ def exhaustive(magnitudes, n, m):  # pragma: no cover - compiled
     best = np.zeros(size)
     chosen = np.zeros(size, dtype=np.int64)
     work = np.empty((m + 1, CHUNK))
-    rank = np.empty(CHUNK, dtype=np.int64)
+    rank = np.empty((m, CHUNK), dtype=np.int32)
     # Kept magnitude of every m-subset, indexed by its bit mask.
     index = np.arange(m)
     members = np.empty(m, dtype=np.int64)
@@ -258,7 +271,7 @@ def search(magnitudes, n, m, permutation, stripes, stripes_per_group, swaps, sub
     k = stripes_per_group
     groups = _combinations(count, k)
     work = np.empty((m + 1, CHUNK))
-    rank = np.empty(CHUNK, dtype=np.int64)
+    rank = np.empty((m, CHUNK), dtype=np.int32)
     stripe_values = np.empty(count)
     for j in range(count):
         stripe_values[j] = _group_value_into(
