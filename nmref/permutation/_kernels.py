@@ -20,6 +20,10 @@ CHUNK = 256
 def _group_value_into(magnitudes, columns, n, work, rank):  # pragma: no cover - compiled
     """Kept magnitude of the group ``columns``; ``work`` is (m + 1, CHUNK), ``rank`` (m, CHUNK).
 
+    ``magnitudes`` may be float32 (weights that are float16/32 are exact in it):
+    ranking and selecting are exact in any float type, and the selected values
+    are added in float64, so the bits are those of the float64 reference.
+
     Entry ``i`` of a row has rank ``#{j < i: x_j >= x_i} + #{j > i: x_j > x_i}``
     (distinct ranks, ties to the lower index). Slot ``s < n`` is the sum over
     ``i`` of ``x_i if rank_i == s else 0``: exactly the ``s``-th largest value
@@ -54,11 +58,12 @@ def _group_value_into(magnitudes, columns, n, work, rank):  # pragma: no cover -
                 own = magnitudes[columns[i], start : start + count]
                 ranks = rank[i]
                 for r in range(count):
-                    acc[r] += own[r] if ranks[r] == slot else 0.0
+                    if ranks[r] == slot:
+                        acc[r] += own[r]
         for r in range(count):
             row = 0.0
             for slot in range(n):
-                row += work[slot, r]
+                row += np.float64(work[slot, r])
             total += row
     return total
 
@@ -70,7 +75,7 @@ def group_value(magnitudes, columns, n):  # pragma: no cover - compiled
         magnitudes,
         columns,
         n,
-        np.empty((columns.shape[0] + 1, CHUNK)),
+        np.empty((columns.shape[0] + 1, CHUNK), magnitudes.dtype),
         np.empty((columns.shape[0], CHUNK), np.int32),
     )
 
@@ -81,7 +86,7 @@ def objective(magnitudes, permutation, n, m):  # pragma: no cover - compiled
     groups = permutation.shape[0] // m
     values = np.empty(groups)
     lowest = np.empty(groups, dtype=np.int64)
-    work = np.empty((m + 1, CHUNK))
+    work = np.empty((m + 1, CHUNK), magnitudes.dtype)
     rank = np.empty((m, CHUNK), dtype=np.int32)
     for g in range(groups):
         columns = permutation[g * m : (g + 1) * m]
@@ -119,7 +124,7 @@ def exhaustive(magnitudes, n, m):  # pragma: no cover - compiled
     value = np.zeros(size)
     best = np.zeros(size)
     chosen = np.zeros(size, dtype=np.int64)
-    work = np.empty((m + 1, CHUNK))
+    work = np.empty((m + 1, CHUNK), magnitudes.dtype)
     rank = np.empty((m, CHUNK), dtype=np.int32)
     # Kept magnitude of every m-subset, indexed by its bit mask.
     index = np.arange(m)
@@ -270,7 +275,7 @@ def search(magnitudes, n, m, permutation, stripes, stripes_per_group, swaps, sub
     count = stripes.shape[0]
     k = stripes_per_group
     groups = _combinations(count, k)
-    work = np.empty((m + 1, CHUNK))
+    work = np.empty((m + 1, CHUNK), magnitudes.dtype)
     rank = np.empty((m, CHUNK), dtype=np.int32)
     stripe_values = np.empty(count)
     for j in range(count):

@@ -37,7 +37,7 @@ def group_values(magnitudes: NDArray[np.float64], groups: NDArray, n: int) -> ND
     groups = np.asarray(groups).reshape(len(groups), -1)
     if n == 0 or magnitudes.shape[1] == 0:
         return np.zeros(len(groups))
-    blocks = magnitudes[groups]  # (G, m, rows)
+    blocks = magnitudes[groups].astype(np.float64)  # (G, m, rows)
     largest_first = np.sort(blocks, axis=1)[:, ::-1][:, :n]
     row_kept = np.cumsum(largest_first, axis=1)[:, -1]  # (G, rows)
     return np.cumsum(row_kept, axis=1)[:, -1]
