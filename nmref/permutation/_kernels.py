@@ -14,6 +14,8 @@ import numpy as np
 
 # Rows are ranked in chunks so that the comparisons run over contiguous rows and vectorise.
 CHUNK = 256
+# Row sums go to LANES interleaved running sums (P3): independent chains of additions.
+LANES = 8
 
 
 @numba.njit(cache=True, nogil=True)
@@ -22,7 +24,8 @@ def _group_value_into(magnitudes, columns, n, work, rank):  # pragma: no cover -
 
     ``magnitudes`` may be float32 (weights that are float16/32 are exact in it):
     ranking and selecting are exact in any float type, and the selected values
-    are added in float64, so the bits are those of the float64 reference.
+    are added in float64, so the bits are those of the float64 reference. Row
+    ``r`` is added to lane ``r % LANES``; the lanes are added in order (P3).
 
     Entry ``i`` of a row has rank ``#{j < i: x_j >= x_i} + #{j > i: x_j > x_i}``
     (distinct ranks, ties to the lower index). Slot ``s < n`` is the sum over
@@ -35,6 +38,7 @@ def _group_value_into(magnitudes, columns, n, work, rank):  # pragma: no cover -
     total = 0.0
     if n == 0:
         return total
+    lanes = np.zeros(LANES)
     for start in range(0, rows, CHUNK):
         count = min(CHUNK, rows - start)
         for i in range(m):
@@ -64,7 +68,9 @@ def _group_value_into(magnitudes, columns, n, work, rank):  # pragma: no cover -
             row = 0.0
             for slot in range(n):
                 row += np.float64(work[slot, r])
-            total += row
+            lanes[r % LANES] += row  # start is a multiple of LANES
+    for lane in range(LANES):
+        total += lanes[lane]
     return total
 
 

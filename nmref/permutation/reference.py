@@ -5,7 +5,8 @@ Every function here has a twin of the same name and signature in
 same bits (tested on many random inputs). The arithmetic order is part of the
 spec (P3) so that this is possible: a group's kept magnitude adds, in every row,
 the ``n`` largest magnitudes from the largest down, then the rows in order
-(``np.cumsum`` is a strictly sequential sum, unlike ``np.sum``); a partition's
+into 8 interleaved running sums (row ``r`` into lane ``r % 8``), then the
+lanes in order (``np.cumsum`` is a strictly sequential sum, unlike ``np.sum``); a partition's
 value adds its groups from the last canonical group to the first.
 
 The inputs are prepared by the driver in :mod:`nmref.permutation`: ``magnitudes``
@@ -25,6 +26,9 @@ from numpy.typing import NDArray
 
 from nmref.permutation.partitions import canonical_partitions
 
+#: Interleaved running sums over the rows of a group (P3.1).
+LANES = 8
+
 __all__ = ["exhaustive", "group_value", "group_values", "objective", "search"]
 
 
@@ -40,7 +44,10 @@ def group_values(magnitudes: NDArray[np.float64], groups: NDArray, n: int) -> ND
     blocks = magnitudes[groups].astype(np.float64)  # (G, m, rows)
     largest_first = np.sort(blocks, axis=1)[:, ::-1][:, :n]
     row_kept = np.cumsum(largest_first, axis=1)[:, -1]  # (G, rows)
-    return np.cumsum(row_kept, axis=1)[:, -1]
+    # Row r goes to lane r % LANES (zero padding adds exact zeros), then the lanes in order.
+    padded = np.pad(row_kept, ((0, 0), (0, -row_kept.shape[1] % LANES)))
+    lanes = np.cumsum(padded.reshape(len(groups), -1, LANES), axis=1)[:, -1, :]
+    return np.cumsum(lanes, axis=1)[:, -1]
 
 
 def group_value(magnitudes: NDArray[np.float64], columns: NDArray, n: int) -> float:
