@@ -61,7 +61,9 @@ class PermutedModel:
 
 
 def _config_int(config: Mapping[str, object], key: str, default: int | None = None) -> int:
-    value = config.get(key, default)
+    value = config.get(key)
+    if value is None:  # absent, or null as some configs write it
+        value = default
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"config.json: {key}={value!r} must be a positive integer")
     return value
