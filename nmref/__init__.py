@@ -42,6 +42,13 @@ from nmref.masks import (
     to_magnitudes,
 )
 from nmref.patterns import Pattern, check_pattern, parse_pattern
+from nmref.permutation import (
+    ChannelPermutation,
+    count_column_partitions,
+    permutation_efficacy,
+    permutation_objective,
+    search_channel_permutation,
+)
 from nmref.srste import sgd_step, srste_gradient, srste_step, srste_train
 from nmref.transposable import (
     is_transposable,
@@ -78,10 +85,12 @@ __all__ = [
     "LAYOUTS",
     "BameConfig",
     "BameState",
+    "ChannelPermutation",
     "Pattern",
     "__version__",
     "block_scores",
     "check_pattern",
+    "count_column_partitions",
     "count_transposable_patterns",
     "default_layout",
     "evolve_mask",
@@ -99,6 +108,9 @@ __all__ = [
     "nm_violations",
     "optimality_gap",
     "parse_pattern",
+    "permutation_efficacy",
+    "permutation_objective",
+    "search_channel_permutation",
     "select_blocks",
     "sgd_step",
     "sparse_architecture_divergence",
