@@ -33,7 +33,8 @@ import numpy as np
 
 # "check-weights" is nmref check --transposable --weights FILE: the hostile file as the weights;
 # "calibrate" is nmsim calibrate --no-cv --corpus FILE: the hostile file as an extra corpus;
-# "audit" is nmref audit FILE --pattern 2:4; "explain" is nmref explain transposable FILE
+# "audit" is nmref audit FILE --pattern 2:4; "explain" is nmref explain transposable FILE;
+# "permute" is nmref permute FILE --pattern 2:4 -o OUT (a model folder is expected)
 COMMANDS = (
     "mask",
     "check",
@@ -45,6 +46,7 @@ COMMANDS = (
     "convert",
     "audit",
     "explain",
+    "permute",
 )
 MARKER = "PICKLE-RAN.marker"
 # The zip bomb inflates to this many bytes; tests set NMREF_MEMORY_BUDGET_GIB below it.

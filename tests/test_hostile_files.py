@@ -5,7 +5,7 @@
 would create a marker file, folders named like checkpoints, and hostile names. Each command
 (``nmref mask``, ``nmref check`` with the file as the mask and as ``--weights``, ``nmsim
 report``, ``nmsim compress``, ``nmsim inspect``, ``nmsim calibrate --corpus``, ``nmsim
-convert``, ``nmref audit``, ``nmref explain``) must exit 2 on each entry with exactly one
+convert``, ``nmref audit``, ``nmref explain``, ``nmref permute``) must exit 2 on each entry with exactly one
 stderr line naming the file (as the message prints it: ``repr``, so escapes are escaped) and
 the problem, no traceback, nothing written (neither the ``-o``/``--out`` target nor a temporary
 file), the input byte-identical, and the marker never created. ``specs/errors.md`` section 5
@@ -98,6 +98,9 @@ def _argv(command: str, name: str, out: Path) -> tuple[object, list[str]]:
         return nmsim_main, ["report", "--methods", "1d", "--quiet", "--out", report, "--", name]
     if command == "compress":
         return nmsim_main, ["compress", "--dtype", "fp16", "-o", str(out / "c.npz"), "--", name]
+    if command == "permute":
+        target = str(out / "p.safetensors")
+        return nmref_main, ["permute", "--pattern", "2:4", "-o", target, "--", name]
     if command == "explain":
         return nmref_main, ["explain", "transposable", "--pattern", "2:4", "--", name]
     if command == "audit":
@@ -352,7 +355,9 @@ def test_a_fifo_or_device_named_like_a_checkpoint_is_never_opened(
         main, argv = _argv(command, name, out)
         status = main(argv)
         (line,) = capsys.readouterr().err.strip().splitlines()
-        assert status == 2 and f"{name!r} is not a regular file" in line, line
+        # permute takes a model folder: a file of any kind is refused before it is opened
+        expected = "must be a model folder" if command == "permute" else "is not a regular file"
+        assert status == 2 and f"{name!r}" in line and expected in line, line
         assert os.listdir(out) == []
 
 

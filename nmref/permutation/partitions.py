@@ -29,6 +29,11 @@ __all__ = [
 ]
 
 
+#: Above this many columns :func:`count_column_partitions` refuses (its factorials would take
+#: minutes and gigabytes; no search enumerates anything near that).
+COUNT_MAX_COLUMNS = 1 << 16
+
+
 def count_column_partitions(columns: int, m: int) -> int:
     """Number of distinct partitions of ``columns`` columns into groups of ``m``.
 
@@ -73,6 +78,13 @@ def count_column_partitions(columns: int, m: int) -> int:
     if columns < 0 or columns % m:
         raise ValueError(f"columns={columns} must be a non-negative multiple of m={m}")
     groups = columns // m
+    if groups == 0:
+        return 1  # the empty partition (and factorial(m) of a huge m is never needed)
+    if columns > COUNT_MAX_COLUMNS:
+        raise ValueError(
+            f"columns={columns}: the count has about {columns} * log10({columns}) digits; "
+            f"counting stops at columns <= {COUNT_MAX_COLUMNS}"
+        )
     return math.factorial(columns) // (math.factorial(m) ** groups * math.factorial(groups))
 
 

@@ -38,9 +38,10 @@ def group_values(magnitudes: NDArray[np.float64], groups: NDArray, n: int) -> ND
 
     ``groups`` is ``(G, m)`` column indices. O(G * rows * m log m), vectorised.
     """
-    groups = np.asarray(groups).reshape(len(groups), -1)
-    if n == 0 or magnitudes.shape[1] == 0:
-        return np.zeros(len(groups))
+    groups = np.asarray(groups)
+    if n == 0 or magnitudes.shape[1] == 0 or groups.size == 0:
+        return np.zeros(len(groups))  # reshape(0, -1) of no groups would be ambiguous
+    groups = groups.reshape(len(groups), -1)
     blocks = magnitudes[groups].astype(np.float64)  # (G, m, rows)
     largest_first = np.sort(blocks, axis=1)[:, ::-1][:, :n]
     row_kept = np.cumsum(largest_first, axis=1)[:, -1]  # (G, rows)
