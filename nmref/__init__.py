@@ -42,6 +42,13 @@ from nmref.masks import (
     to_magnitudes,
 )
 from nmref.patterns import Pattern, check_pattern, parse_pattern
+from nmref.permutation import (
+    ChannelPermutation,
+    count_column_partitions,
+    permutation_efficacy,
+    permutation_objective,
+    search_channel_permutation,
+)
 from nmref.srste import sgd_step, srste_gradient, srste_step, srste_train
 from nmref.transposable import (
     is_transposable,
@@ -58,6 +65,17 @@ from nmref.transposable import (
 # Old public paths of moved modules: they import, with a DeprecationWarning, for one release.
 install_moved_modules({"nmref.flow": "nmref.transposable.flow"})
 
+
+def __getattr__(name: str) -> object:
+    # ``nmref.audit`` (the certified audit of transposable approximations, specs/audit.md)
+    # loads on first use: ``import nmref`` stays as light as it was.
+    if name == "audit":
+        import importlib
+
+        return importlib.import_module("nmref.audit")
+    raise AttributeError(f"module 'nmref' has no attribute {name!r}")
+
+
 try:
     __version__ = version("nm-sparsity-ref")
 except PackageNotFoundError:  # running from a source tree that is not installed
@@ -67,10 +85,12 @@ __all__ = [
     "LAYOUTS",
     "BameConfig",
     "BameState",
+    "ChannelPermutation",
     "Pattern",
     "__version__",
     "block_scores",
     "check_pattern",
+    "count_column_partitions",
     "count_transposable_patterns",
     "default_layout",
     "evolve_mask",
@@ -88,6 +108,9 @@ __all__ = [
     "nm_violations",
     "optimality_gap",
     "parse_pattern",
+    "permutation_efficacy",
+    "permutation_objective",
+    "search_channel_permutation",
     "select_blocks",
     "sgd_step",
     "sparse_architecture_divergence",

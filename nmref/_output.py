@@ -38,7 +38,14 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-__all__ = ["check_output", "output_file", "write_output"]
+__all__ = [
+    "FolderWriter",
+    "check_output",
+    "check_output_folder",
+    "output_file",
+    "output_folder",
+    "write_output",
+]
 
 PathLike = str | os.PathLike[str]
 
@@ -169,8 +176,21 @@ def _commit(temporary: str, target: Path, force: bool, name: str) -> None:
         os.unlink(temporary)
 
 
+#: Signals received while a handler of :func:`_signals_end_the_write` was installed.
+_RECEIVED: list[int] = []
+
+
 def _terminate(signum: int, frame: object) -> None:
+    _RECEIVED.append(signum)
     raise SystemExit(128 + signum)
+
+
+def _stop_if_terminated() -> None:
+    """Raise the pending ``SystemExit`` before publishing, even if the one the handler
+    raised was swallowed (Python ignores exceptions raised inside finalizers, and a
+    signal handler can run inside one): a terminated write is never published."""
+    if _RECEIVED:
+        raise SystemExit(128 + _RECEIVED[0])
 
 
 @contextlib.contextmanager
@@ -178,6 +198,8 @@ def _signals_end_the_write() -> Iterator[None]:
     """While writing, turn SIGTERM/SIGHUP into an exception so the clean-up runs."""
     installed: list[tuple[int, object]] = []
     if threading.current_thread() is threading.main_thread():
+        if signal.getsignal(getattr(signal, "SIGTERM", signal.SIGINT)) is signal.SIG_DFL:
+            _RECEIVED.clear()  # the outermost write (a nested one keeps what it heard)
         for signal_name in ("SIGTERM", "SIGHUP"):
             number = getattr(signal, signal_name, None)
             if number is None:
@@ -270,6 +292,7 @@ def output_file(
             # own, private one): give the result the mode the kernel chose above.
             os.chmod(temporary, mode)
             _fsync_file(temporary)
+            _stop_if_terminated()
             _commit(temporary, target, force, name)
             published = True
             _fsync_folder(target.parent if str(target.parent) else Path("."))
@@ -300,3 +323,199 @@ def write_output(
     with output_file(target, force=force, inputs=inputs, flag=flag) as temporary:
         write(temporary)
     return target
+
+
+# ----------------------------------------------------------------------------
+# A folder of files (a sharded checkpoint): built hidden, then published whole
+# ----------------------------------------------------------------------------
+
+#: Files a folder output may hold for ``force`` to replace it: anything else means the
+#: folder is not an output of ours (a home folder given as ``-o``), and it is kept.
+_REPLACEABLE_SUFFIXES = (".safetensors", ".json")
+
+
+def _exchange(first: str, second: str) -> bool:
+    """Swap two paths atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False if unsupported."""
+    import ctypes
+    import ctypes.util
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    result = renameat2(at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), rename_exchange)
+    if result == 0:
+        return True
+    number = ctypes.get_errno()
+    if number in (errno.ENOSYS, errno.EINVAL, *_NO_LINK_ERRNOS):
+        return False
+    raise _os_error(number, os.strerror(number))
+
+
+def _refuse_unsafe_folder(target: Path, inputs: Sequence[PathLike], force: bool, name: str) -> None:
+    """The folder version of :func:`_refuse_unsafe_target`; also refuses replacing a folder
+    that holds an input or anything but ``.safetensors``/``.json`` files."""
+    if os.path.islink(target):
+        raise ValueError(
+            f"{name} is a symbolic link; refusing to write through it (give the real path)"
+        )
+    resolved = target.resolve()
+    for source in inputs:
+        try:
+            source_path = Path(source).resolve()
+        except (OSError, TypeError, ValueError):
+            continue
+        if source_path == resolved or resolved in source_path.parents:
+            raise ValueError(f"{name} is or holds an input ({str(source)!r}); refusing to write it")
+    if target.exists():
+        if not target.is_dir():
+            raise ValueError(f"{name} exists and is not a folder (a sharded output is a folder)")
+        if not force:
+            raise ValueError(f"{name} exists; pass --force to replace it")
+        foreign = [
+            entry.name
+            for entry in os.scandir(target)
+            if not entry.is_file(follow_symlinks=False)
+            or not entry.name.endswith(_REPLACEABLE_SUFFIXES)
+        ]
+        if foreign:
+            raise ValueError(
+                f"{name} holds {foreign[0]!r}, not a .safetensors or .json file; refusing to "
+                "replace a folder that is not a checkpoint output"
+            )
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise ValueError(f"{name}: its folder {str(parent)!r} does not exist")
+
+
+def check_output_folder(
+    target: PathLike, *, force: bool = False, inputs: Sequence[PathLike] = (), flag: str = "-o"
+) -> None:
+    """Refuse ``target`` now, by the rules of :func:`output_folder` (checked again there)."""
+    target = Path(target)
+    _refuse_unsafe_folder(target, inputs, force, _describe(flag, target))
+
+
+class FolderWriter:
+    """The files of one :func:`output_folder`; each written by :func:`write_output`."""
+
+    def __init__(self, temporary: Path, target: Path, flag: str) -> None:
+        self.temporary = temporary
+        self.target = target
+        self.flag = flag
+
+    def write(self, name: str, write: Callable[[str], object]) -> Path:
+        """Write the file ``name`` of the folder with ``write(path)``; returns its final path.
+
+        Errors name the final path (``-o 'out/model-00001-of-00002.safetensors'``), never
+        the hidden folder.
+        """
+        if os.path.basename(name) != name or name in ("", ".", ".."):
+            raise ValueError(f"{name!r} must be a plain file name inside {self.target}")
+        try:
+            write_output(self.temporary / name, write, flag=self.flag)
+        except (ValueError, OSError) as error:
+            text = str(error).replace(str(self.temporary), str(self.target))
+            if isinstance(error, ValueError):
+                raise ValueError(text) from None
+            raise _os_error(error.errno, text) from None
+        return self.target / name
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def output_folder(
+    target: PathLike,
+    *,
+    force: bool = False,
+    inputs: Sequence[PathLike] = (),
+    flag: str = "-o",
+) -> Iterator[FolderWriter]:
+    """Build a folder of files hidden beside ``target``; publish it whole on success.
+
+    The files go into a fresh hidden folder in ``target``'s parent, each through
+    :func:`write_output` (fsynced). Then, without ``force``, ``target`` is reserved
+    with ``os.mkdir`` (of two racing writers exactly one wins) and the hidden folder
+    renamed onto the empty reservation; with ``force`` an existing ``target`` is
+    swapped with the new folder in one step (Linux ``renameat2``; elsewhere two
+    renames, between which ``target`` is briefly absent) and the old one removed.
+    On any error, Ctrl-C or SIGTERM the hidden folder is removed: ``target`` holds
+    its previous complete content or the new one (or, only in that two-rename
+    window, nothing), never a mix.
+
+    Raises
+    ------
+    ValueError
+        If ``target`` is a symbolic link, a file, is or holds an input, exists
+        without ``force``, holds anything but ``.safetensors``/``.json`` files (so
+        ``force`` never removes a folder that is not an output), or its parent is
+        missing.
+    OSError
+        If the system fails while writing.
+    """
+    target = Path(target)
+    name = _describe(flag, target)
+    _refuse_unsafe_folder(target, inputs, force, name)
+    parent = target.parent if str(target.parent) else Path(".")
+    with _signals_end_the_write():
+        for _ in range(100):
+            temporary = parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+            try:
+                os.mkdir(temporary)
+                break
+            except FileExistsError:
+                continue
+            except OSError as error:
+                raise _os_error(
+                    error.errno, f"{name}: cannot create a folder beside it: {error.strerror}"
+                ) from None
+        else:
+            raise _os_error(errno.EEXIST, f"{name}: no free temporary name in its folder")
+        published = False
+        try:
+            yield FolderWriter(temporary, target, flag)
+            _fsync_folder(temporary)
+            _stop_if_terminated()
+            _publish_folder(temporary, target, force, name)
+            published = True
+            _fsync_folder(parent)
+        finally:
+            if not published:
+                _remove_tree(temporary)
+
+
+def _publish_folder(temporary: Path, target: Path, force: bool, name: str) -> None:
+    if not force or not target.exists():
+        try:
+            os.mkdir(target)
+        except FileExistsError:
+            raise ValueError(f"{name} exists; pass --force to replace it") from None
+        try:
+            os.replace(temporary, target)  # onto the empty reservation
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.rmdir(target)
+            raise
+        return
+    _refuse_unsafe_folder(target, (), True, name)  # it may have changed while writing
+    if _exchange(str(temporary), str(target)):
+        _remove_tree(temporary)  # now the old content
+        return
+    old = target.parent / f".{target.name}.{secrets.token_hex(6)}.old"
+    os.replace(target, old)
+    try:
+        os.replace(temporary, target)
+    except OSError:
+        os.replace(old, target)
+        raise
+    _remove_tree(old)

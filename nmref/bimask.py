@@ -1,4 +1,4 @@
-"""Bi-Mask: bi-directional N:M masks with a row-permutation search (Zhang et al., ICML 2023).
+"""Bi-Mask: bi-directional N:M masks with a row-permutation search (Zhang et al., ICML 2023 [1]_).
 
 A Bi-Mask layer keeps dense weights ``W`` (``[out, in]`` for Linear) and uses
 two masks every step:
@@ -347,6 +347,15 @@ def backward_mask(
         For a non-float weight, NaN, a mask that is not 0/1 or has another
         shape, a non-permutation, ``out % m != 0`` (``straddle``: size), an
         unknown ``rank``, or an invalid pattern.
+
+    See Also
+    --------
+    forward_mask
+        The mask ``F`` this one is a subset of.
+    search_permutation
+        The permutation search of the paper and code.
+    nmref.explain.explain_bimask
+        The steps on a small weight, in words.
 
     Notes
     -----

@@ -44,6 +44,7 @@ __all__ = [
     "iter_tensors",
     "list_tensors",
     "read_tensor",
+    "read_tensor_rows",
     "write_tensors",
 ]
 
@@ -89,7 +90,15 @@ def _suffix(path: Path, argument: str, formats: tuple[str, ...] = FORMATS) -> st
 def _safetensors_header(path: Path) -> tuple[dict, int]:
     with open(path, "rb") as handle:
         (header_size,) = struct.unpack("<Q", handle.read(8))
+        # checked before reading: a lying length (2**63) would ask read() for that much
+        if header_size > os.fstat(handle.fileno()).st_size - 8:
+            raise ValueError(
+                f"its header length {header_size} runs past the end of the file (truncated, "
+                "or a lying header)"
+            )
         header = json.loads(handle.read(header_size))
+    if not isinstance(header, dict):
+        raise ValueError("its header is not a JSON object")
     return header, 8 + header_size
 
 
@@ -111,9 +120,11 @@ def _bf16_upcast(path: Path, name: str) -> TensorRecord:
     raw = np.memmap(
         path, dtype="<u2", mode="r", offset=data_start + begin, shape=((end - begin) // 2,)
     )
-    # bfloat16 bits are the high half of the float32 with the same value.
-    upcast = (raw.astype(np.uint32) << 16).view(np.float32)
-    return TensorRecord(name, upcast.reshape(entry["shape"]), "bfloat16")
+    # bfloat16 bits are the high half of the float32 with the same value; shifted in
+    # place, so the upcast is one float32 copy (a `<< 16` expression made a second one)
+    bits = raw.astype(np.uint32)
+    bits <<= 16
+    return TensorRecord(name, bits.view(np.float32).reshape(entry["shape"]), "bfloat16")
 
 
 #: safetensors dtypes read by memory-mapping the file (little-endian, as the format stores).
@@ -175,6 +186,62 @@ def _read_safetensors(path: Path, name: str) -> TensorRecord:
         if name not in handle.keys():
             raise _missing(path, name)
         return _safetensors_record(path, handle, name)
+
+
+def read_tensor_rows(
+    path: str | os.PathLike[str], name: str, start: int, stop: int
+) -> TensorRecord:
+    """Rows ``start:stop`` (first axis) of one tensor; reads only those rows where it can.
+
+    A ``.safetensors`` tensor is memory-mapped over just that row range (BF16 upcast
+    only there), so that a row band of a large tensor costs the band, not the tensor
+    (``nmref.distributed``). Other formats read the tensor and slice it.
+
+    Raises
+    ------
+    ValueError
+        If the tensor has no rows to slice (0-d) or ``0 <= start <= stop`` fails.
+    TensorNotFoundError, FileNotFoundError, ImportError
+        As :func:`read_tensor`.
+    """
+    path = _existing(path)
+    if path.suffix.lower() != ".safetensors":
+        record = read_tensor(path, name)
+        return TensorRecord(name, record.array[start:stop], record.source_dtype)
+    with _file_errors(path):
+        with _safe_open(path) as handle:
+            if name not in handle.keys():
+                raise _missing(path, name)
+            kind = handle.get_slice(name).get_dtype()  # type: ignore[attr-defined]
+        header, data_start = _safetensors_header(path)
+        entry = header[name]
+        shape = tuple(int(d) for d in entry["shape"])
+        if not shape or not 0 <= start <= stop:
+            raise ValueError(f"tensor {name!r} {shape}: rows {start}:{stop} cannot be read")
+        stop = min(stop, shape[0])
+        start = min(start, stop)
+        if kind not in _MAPPABLE and kind != "BF16":
+            record = read_tensor(path, name)
+            return TensorRecord(name, record.array[start:stop], record.source_dtype)
+        itemsize = 2 if kind == "BF16" else np.dtype(_MAPPABLE[kind]).itemsize
+        row_items = int(np.prod(shape[1:], dtype=np.int64))
+        band = (stop - start, *shape[1:])
+        begin = data_start + entry["data_offsets"][0] + start * row_items * itemsize
+        if (stop - start) * row_items == 0:
+            dtype = np.float32 if kind == "BF16" else np.dtype(_MAPPABLE[kind])
+            return TensorRecord(name, np.zeros(band, dtype), _source_name(kind))
+        if kind == "BF16":
+            raw = np.memmap(path, dtype="<u2", mode="r", offset=begin, shape=band)
+            bits = raw.astype(np.uint32)
+            bits <<= 16
+            return TensorRecord(name, bits.view(np.float32), "bfloat16")
+        dtype = np.dtype(_MAPPABLE[kind])
+        array = np.memmap(path, dtype=dtype, mode="r", offset=begin, shape=band)
+        return TensorRecord(name, array, _source_name(kind))
+
+
+def _source_name(kind: str) -> str:
+    return "bfloat16" if kind == "BF16" else str(np.dtype(_MAPPABLE[kind]).newbyteorder("="))
 
 
 def memory_budget() -> int:
@@ -501,16 +568,29 @@ def list_tensors(path: str | os.PathLike[str]) -> list[TensorInfo]:
             for name, entry in header.items():
                 if name == "__metadata__":
                     continue
+                if not isinstance(entry, dict) or not isinstance(entry.get("data_offsets"), list):
+                    _safetensors_refusal(path)
                 if data_start + entry["data_offsets"][1] > size:
                     raise ValueError(f"tensor {name!r} runs past the end of the file (truncated)")
                 dtype = _SAFETENSORS_DTYPES.get(entry["dtype"], entry["dtype"])
                 infos.append(TensorInfo(name, tuple(entry["shape"]), dtype))
+            # safetensors validates the rest (dtypes, shapes against offsets, overlaps) on
+            # opening, as for iter_tensors and read_tensor: the same file, the same refusal
+            with _safe_open(path):
+                pass
             # safetensors lists tensors sorted by name; match iter_tensors' order.
             return sorted(infos, key=lambda info: info.name)
         return [
             TensorInfo(name, tuple(tensor.shape), str(tensor.dtype).removeprefix("torch."))
             for name, tensor in _torch_tensors(path)
         ]
+
+
+def _safetensors_refusal(path: Path) -> None:
+    """Raise safetensors' own refusal of a malformed header (else a plain one)."""
+    with _safe_open(path):
+        pass
+    raise ValueError("its header has an entry that is not a tensor description")
 
 
 def read_tensor(path: str | os.PathLike[str], name: str) -> TensorRecord:

@@ -9,27 +9,45 @@
 ``nmref check MASK --pattern 2:4 [--transposable]``
     Exit 0 when every eligible tensor of ``MASK`` is N:M (nonzero = kept), else
     exit 1 naming the first violating tensor and group.
+``nmref audit IN --pattern 8:16 [--methods ...] [--json]``
+    Audit transposable methods (nmref's and labelled peers) against certified
+    optima: validity, gap distribution, time (``specs/audit.md``).
+``nmref permute MODEL --pattern 2:4 -o OUT``
+    Permute the channels of a model folder (``config.json`` + ``model.safetensors``)
+    whose layer pairing is known (LLaMA-style MLP and attention v/o), so that N:M
+    pruning keeps more magnitude and the model computes the same function; print
+    the kept magnitude per layer before and after (``specs/permutation.md``, P10).
 ``nmref demo``
     Mask and check a small built-in example checkpoint.
 
 Eligible tensors have ``ndim >= 2`` (weights of GEMMs); ``mask`` also requires a
 floating dtype. ``--include`` / ``--exclude`` filter tensor names by regular
 expression. Errors are one line on stderr and exit status 2.
+
+``IN`` (and ``MASK``, ``--weights``) may be a Hugging Face model folder or a
+``*.safetensors.index.json`` (:mod:`nmref.sharded`): the index is validated, tensors
+are read one at a time, and ``mask`` writes a sharded ``-o`` folder with its own
+index (or, for ``-o`` ending in a tensor-file suffix, one file). ``--scheduler
+ADDRESS`` / ``--workers N`` compute the masks on a Dask cluster
+(:mod:`nmref.distributed`), the same bits. A progress bar and a summary line go to
+stderr when it is a terminal (``--quiet``: none).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from nmref._output import check_output
-from nmref.checkpoints import TensorRecord, iter_tensors, write_tensors
+from nmref._output import check_output, check_output_folder
+from nmref._progress import WorkProgress, stored_bytes
+from nmref.checkpoints import FORMATS, TensorInfo, TensorRecord, iter_tensors, write_tensors
 from nmref.layouts import LAYOUTS, default_layout, to_reduction_matrix
 from nmref.masks import magnitude_mask, nm_violations
 from nmref.patterns import Pattern, parse_pattern
@@ -56,12 +74,11 @@ def _regex(text: str) -> re.Pattern[str]:
 def _selected(
     path: str, args: argparse.Namespace, *, need_float: bool, skipped: list[str]
 ) -> Iterator[TensorRecord]:
+    from nmref.sharded import iter_input
+
     args.filtered_out = 0
-    for record in iter_tensors(path):
-        if args.include is not None and not args.include.search(record.name):
-            args.filtered_out += 1
-            continue
-        if args.exclude is not None and args.exclude.search(record.name):
+    for record in iter_input(path):
+        if not _passes_filters(record.name, args):
             args.filtered_out += 1
             continue
         if record.array.ndim < 2:
@@ -71,6 +88,37 @@ def _selected(
             skipped.append(f"{record.name} (dtype={record.source_dtype})")
             continue
         yield record
+
+
+def _progress_for(
+    path: str, args: argparse.Namespace, *, need_float: bool, label: str
+) -> WorkProgress:
+    """A progress bar over the tensors :func:`_selected` will yield (headers only)."""
+    from nmref._progress import WorkProgress, stored_bytes
+    from nmref.checkpoints import list_tensors
+    from nmref.sharded import is_model_input, open_model
+
+    infos = open_model(path).infos() if is_model_input(path) else list_tensors(path)
+    chosen = [
+        info
+        for info in infos
+        if _passes_filters(info.name, args)
+        and len(info.shape) >= 2
+        and (not need_float or info.source_dtype in _MASKABLE)
+    ]
+    tiles = sum(_tiles(info.shape, args) for info in chosen)
+    total = sum(stored_bytes(info.shape, info.source_dtype) for info in chosen)
+    return WorkProgress(label, len(chosen), total, tiles, quiet=args.quiet)
+
+
+def _tiles(shape: tuple[int, ...], args: argparse.Namespace) -> int:
+    """M x M tiles of a tensor (the exact transposable solver's unit of work), else 0."""
+    if not args.transposable:
+        return 0
+    count = 1
+    for size in shape:
+        count *= int(size)
+    return count // (args.pattern.m * args.pattern.m)
 
 
 def _nothing_selected(path: str, args: argparse.Namespace, skipped: list[str], need: str) -> str:
@@ -99,31 +147,174 @@ def _report_skipped(skipped: list[str]) -> None:
         print(f"skipped {len(skipped)} tensor(s) not eligible: {shown}", file=sys.stderr)
 
 
+def _mask_of(record: TensorRecord, args: argparse.Namespace) -> np.ndarray:
+    """The mask (or, with ``--apply``, the masked weights) of one tensor."""
+    pattern: Pattern = args.pattern
+    layout = _layout(args, record.array.ndim)
+    try:
+        if args.transposable:
+            from nmref.transposable import transposable_weight_mask
+
+            mask = transposable_weight_mask(
+                record.array, pattern.n, pattern.m, layout=layout, method=args.method
+            )
+        else:
+            mask = magnitude_mask(
+                record.array, pattern.n, pattern.m, layout=layout, remainder=args.remainder
+            )
+    except (ValueError, TypeError) as error:
+        raise CommandError(
+            f"tensor {record.name!r} {tuple(record.array.shape)}: {error}"
+        ) from error
+    return np.where(mask, record.array, 0) if args.apply else mask
+
+
+#: Stored dtypes ``nmref mask`` computes masks of (the float dtypes the readers give).
+_MASKABLE = ("float16", "bfloat16", "float32", "float64")
+
+
+def _distributed(args: argparse.Namespace) -> bool:
+    """Whether ``nmref mask`` runs on a Dask cluster (``--scheduler``, or ``--workers`` > 1)."""
+    return args.scheduler is not None or args.workers > 1
+
+
+@contextlib.contextmanager
+def _masks_in_order(
+    args: argparse.Namespace, items: list[tuple[str, TensorInfo]]
+) -> Iterator[Callable[[str], np.ndarray]]:
+    """``compute(name)`` for ``items`` (``(path, info)``), called in their order.
+
+    On a Dask cluster (:mod:`nmref.distributed`) the masks are computed ahead by the
+    workers, large tensors in row bands; here, one at a time. The same bits either way.
+    """
+    from nmref.checkpoints import read_tensor
+
+    paths = {info.name: path for path, info in items}
+    if not _distributed(args):
+        yield lambda name: _mask_of(read_tensor(paths[name], name), args)
+        return
+    from nmref.distributed import MaskOptions, dask_client, distributed_masks
+
+    pattern: Pattern = args.pattern
+    options = MaskOptions(
+        pattern.n, pattern.m, args.layout, args.transposable, args.method, args.remainder
+    )
+    shapes = {info.name: tuple(info.shape) for _, info in items}
+    with dask_client(args.scheduler, args.workers) as client:
+        stream = distributed_masks(
+            client, [(path, info.name, info.shape) for path, info in items], options
+        )
+
+        def compute(name: str) -> np.ndarray:
+            try:
+                got, mask = next(stream)
+            except (ValueError, TypeError) as error:
+                raise CommandError(f"tensor {name!r} {shapes[name]}: {error}") from error
+            if got != name:  # pragma: no cover - the stream keeps the order it was given
+                raise RuntimeError(f"distributed masks out of order: {got!r} for {name!r}")
+            if args.apply:
+                return np.where(mask, read_tensor(paths[name], name).array, 0)
+            return mask
+
+        yield compute
+
+
+def _passes_filters(name: str, args: argparse.Namespace) -> bool:
+    if args.include is not None and not args.include.search(name):
+        return False
+    return args.exclude is None or not args.exclude.search(name)
+
+
+def _run_mask_sharded(args: argparse.Namespace) -> int:
+    """``nmref mask MODEL_FOLDER -o OUT_FOLDER``: a sharded output with its own index.
+
+    Tensors are planned from the shards' headers, then read, masked and written one
+    at a time (memory: one tensor); the folder appears whole or not at all.
+    """
+    from nmref._safetensors_writer import PlannedTensor
+    from nmref.sharded import open_model, write_model
+
+    pattern: Pattern = args.pattern
+    check_output_folder(args.output, force=args.force, inputs=(args.input,), flag="-o")
+    model = open_model(args.input)
+    skipped: list[str] = []
+    args.filtered_out = 0
+    planned: list[tuple[str, PlannedTensor]] = []
+    sizes: dict[str, int] = {}
+    for info, shard in model.tensors:
+        if not _passes_filters(info.name, args):
+            args.filtered_out += 1
+        elif len(info.shape) < 2:
+            skipped.append(f"{info.name} (ndim={len(info.shape)})")
+        elif info.source_dtype not in _MASKABLE:
+            skipped.append(f"{info.name} (dtype={info.source_dtype})")
+        else:
+            dtype = info.source_dtype if args.apply else "bool"
+            planned.append((shard, PlannedTensor(info.name, info.shape, dtype)))
+            sizes[info.name] = stored_bytes(info.shape, info.source_dtype)
+    if not planned:
+        raise CommandError(
+            _nothing_selected(args.input, args, skipped, "ndim >= 2 and a float dtype")
+        )
+    what = "masked weights" if args.apply else "masks"
+    metadata = {
+        "nmref": f"{what}, pattern {pattern}" + (" transposable" if args.transposable else "")
+    }
+    tiles = {t.name: _tiles(t.shape, args) for _, t in planned}
+    progress = WorkProgress(
+        "masking", len(planned), sum(sizes.values()), sum(tiles.values()), quiet=args.quiet
+    )
+    items = [(str(model.root / shard), info) for info, shard in model.tensors if info.name in sizes]
+    with _masks_in_order(args, items) as compute, progress:
+        written = write_model(
+            args.output,
+            model,
+            planned,
+            compute,
+            force=args.force,
+            metadata=metadata,
+            copy_config=args.apply,
+            on_tensor=lambda name: progress.advance(name, sizes[name], tiles[name]),
+        )
+    progress.print_summary()
+    _report_skipped(skipped)
+    shards = sum(path.suffix == ".safetensors" for path in written)
+    print(
+        f"wrote {what} of {len(planned)} tensor(s) in {shards} shard(s), pattern {pattern}, "
+        f"to {Path(args.output)}"
+    )
+    return 0
+
+
 def run_mask(args: argparse.Namespace) -> int:
     """``nmref mask``: compute masks of every eligible tensor and write them atomically."""
+    from nmref.sharded import is_model_input
+
     pattern: Pattern = args.pattern
+    if args.workers < 1:
+        raise CommandError(f"--workers {args.workers} must be >= 1")
+    if is_model_input(args.input) and Path(args.output).suffix.lower() not in FORMATS:
+        return _run_mask_sharded(args)
     # Fail before the work when the output cannot be written (checked again on writing).
     check_output(args.output, force=args.force, inputs=(args.input,), flag="-o")
+    if Path(args.output).suffix.lower() == ".safetensors" and (
+        is_model_input(args.input) or Path(args.input).suffix.lower() == ".safetensors"
+    ):
+        return _run_mask_streamed(args)
     skipped: list[str] = []
     outputs: dict[str, np.ndarray] = {}
-    for record in _selected(args.input, args, need_float=True, skipped=skipped):
-        layout = _layout(args, record.array.ndim)
-        try:
-            if args.transposable:
-                from nmref.transposable import transposable_weight_mask
-
-                mask = transposable_weight_mask(
-                    record.array, pattern.n, pattern.m, layout=layout, method=args.method
+    progress = _progress_for(args.input, args, need_float=True, label="masking")
+    if _distributed(args):
+        items = _listed(args, skipped)
+        with _masks_in_order(args, items) as compute, progress:
+            for _, info in items:
+                outputs[info.name] = compute(info.name)
+                progress.advance(
+                    info.name, stored_bytes(info.shape, info.source_dtype), _tiles(info.shape, args)
                 )
-            else:
-                mask = magnitude_mask(
-                    record.array, pattern.n, pattern.m, layout=layout, remainder=args.remainder
-                )
-        except (ValueError, TypeError) as error:
-            raise CommandError(
-                f"tensor {record.name!r} {tuple(record.array.shape)}: {error}"
-            ) from error
-        outputs[record.name] = np.where(mask, record.array, 0) if args.apply else mask
+    else:
+        progress = _masked_here(args, outputs, skipped, progress)
+    progress.print_summary()
     if not outputs:
         raise CommandError(
             _nothing_selected(args.input, args, skipped, "ndim >= 2 and a float dtype")
@@ -135,6 +326,109 @@ def run_mask(args: argparse.Namespace) -> int:
     what = "masked weights" if args.apply else "masks"
     print(f"wrote {what} of {len(outputs)} tensor(s), pattern {pattern}, to {written}")
     return 0
+
+
+def _run_mask_streamed(args: argparse.Namespace) -> int:
+    """``.safetensors`` (or model) in, one ``.safetensors`` out, one tensor in memory at a time.
+
+    The output's tensors are planned from the input's headers and streamed into the
+    file as they are computed (:mod:`nmref._safetensors_writer`), so memory is one
+    tensor, not the model. Same tensors and values as holding them all: masks are
+    ``bool``; masked weights have the dtype ``np.where(mask, weights, 0)`` gives (BF16
+    read as its float32 upcast stays float32, as ever for a single-file output).
+    """
+    from nmref._safetensors_writer import PlannedTensor, stream_safetensors
+
+    pattern: Pattern = args.pattern
+    skipped: list[str] = []
+    items = _listed(args, skipped)
+    if not items:
+        raise CommandError(
+            _nothing_selected(args.input, args, skipped, "ndim >= 2 and a float dtype")
+        )
+    planned = [
+        PlannedTensor(
+            info.name, info.shape, _masked_dtype(info.source_dtype) if args.apply else "bool"
+        )
+        for _, info in items
+    ]
+    sizes = {info.name: stored_bytes(info.shape, info.source_dtype) for _, info in items}
+    progress = WorkProgress(
+        "masking",
+        len(items),
+        sum(sizes.values()),
+        sum(_tiles(info.shape, args) for _, info in items),
+        quiet=args.quiet,
+    )
+
+    def arrays(compute: Callable[[str], np.ndarray]) -> Iterator[tuple[str, np.ndarray]]:
+        for _, info in items:
+            array = compute(info.name)
+            progress.advance(info.name, sizes[info.name], _tiles(info.shape, args))
+            yield info.name, array
+
+    from nmref._output import write_output
+
+    with _masks_in_order(args, items) as compute, progress:
+        written = write_output(
+            args.output,
+            lambda temporary: stream_safetensors(temporary, planned, arrays(compute)),
+            force=args.force,
+            inputs=(args.input,),
+            flag="-o",
+        )
+    progress.print_summary()
+    _report_skipped(skipped)
+    what = "masked weights" if args.apply else "masks"
+    print(f"wrote {what} of {len(items)} tensor(s), pattern {pattern}, to {written}")
+    return 0
+
+
+def _masked_dtype(source_dtype: str) -> str:
+    """The dtype of ``np.where(mask, weights, 0)`` for weights read from ``source_dtype``."""
+    return "float32" if source_dtype == "bfloat16" else source_dtype
+
+
+def _listed(args: argparse.Namespace, skipped: list[str]) -> list[tuple[str, TensorInfo]]:
+    """The eligible tensors of ``args.input`` from its headers (the cluster reads the data)."""
+    from nmref.checkpoints import list_tensors
+    from nmref.sharded import is_model_input, open_model
+
+    if is_model_input(args.input):
+        model = open_model(args.input)
+        listing = [(str(model.root / shard), info) for info, shard in model.tensors]
+    else:
+        listing = [(args.input, info) for info in list_tensors(args.input)]
+    args.filtered_out = 0
+    items = []
+    for path, info in listing:
+        if not _passes_filters(info.name, args):
+            args.filtered_out += 1
+        elif len(info.shape) < 2:
+            skipped.append(f"{info.name} (ndim={len(info.shape)})")
+        elif info.source_dtype not in _MASKABLE:
+            skipped.append(f"{info.name} (dtype={info.source_dtype})")
+        else:
+            items.append((path, info))
+    return items
+
+
+def _masked_here(
+    args: argparse.Namespace,
+    outputs: dict[str, np.ndarray],
+    skipped: list[str],
+    progress: WorkProgress,
+) -> WorkProgress:
+    """Mask every selected tensor of ``args.input`` in this process, one at a time."""
+    with progress:
+        for record in _selected(args.input, args, need_float=True, skipped=skipped):
+            outputs[record.name] = _mask_of(record, args)
+            progress.advance(
+                record.name,
+                stored_bytes(record.array.shape, record.source_dtype),
+                _tiles(record.array.shape, args),
+            )
+    return progress
 
 
 def _describe_group(shape: tuple[int, ...], layout: str, row: int, group: int, m: int) -> str:
@@ -228,25 +522,61 @@ def _print_optimality_gap(
     )
 
 
+class _LazyWeights:
+    """``--weights`` of a model folder: each tensor read when its mask is checked."""
+
+    def __init__(self, model: object) -> None:
+        self.model = model
+        self.names = {info.name for info in model.infos()}  # type: ignore[attr-defined]
+
+    def get(self, name: str) -> np.ndarray | None:
+        if name not in self.names:
+            return None
+        return np.asarray(self.model.read(name).array)  # type: ignore[attr-defined]
+
+
 def run_check(args: argparse.Namespace) -> int:
     """``nmref check``: exit 0 if every eligible tensor is N:M, 1 naming the first violation."""
+    from nmref.sharded import is_model_input, iter_input, open_model
+
     pattern: Pattern = args.pattern
     if args.weights is not None and not args.transposable:
         raise CommandError("--weights needs --transposable (it reports the optimality gap)")
-    args.weight_tensors = (
-        {}
-        if args.weights is None
-        else {r.name: np.asarray(r.array) for r in iter_tensors(args.weights)}
-    )
+    if args.weights is None:
+        args.weight_tensors = {}
+    elif is_model_input(args.weights):
+        args.weight_tensors = _LazyWeights(open_model(args.weights))  # one tensor at a time
+    else:
+        args.weight_tensors = {r.name: np.asarray(r.array) for r in iter_input(args.weights)}
     skipped: list[str] = []
-    checked = 0
+    progress = _progress_for(args.mask, args, need_float=False, label="checking")
+    with progress:
+        status = _check_all(args, pattern, skipped, progress)
+    if status is not None:
+        return status
+    progress.print_summary()
+    checked = progress.done_tensors
+    if checked == 0:
+        raise CommandError(_nothing_selected(args.mask, args, skipped, "ndim >= 2"))
+    _report_skipped(skipped)
+    kind = "at most" if args.relaxed else "exactly"
+    where = " in every row and column of every tile" if args.transposable else ""
+    print(f"OK: {checked} tensor(s) keep {kind} {pattern.n} of every {pattern.m}{where}")
+    return 0
+
+
+def _check_all(
+    args: argparse.Namespace, pattern: Pattern, skipped: list[str], progress: WorkProgress
+) -> int | None:
+    """Check every selected tensor; the exit status of the first invalid one, else None."""
     for record in _selected(args.mask, args, need_float=False, skipped=skipped):
         layout = _layout(args, record.array.ndim)
+        size = stored_bytes(record.array.shape, record.source_dtype)
         if args.transposable:
-            checked += 1
             status = _check_transposable(record, layout, pattern, args)
             if status:
                 return status
+            progress.advance(record.name, size, _tiles(record.array.shape, args))
             continue
         try:
             matrix = to_reduction_matrix(record.array, layout)
@@ -257,7 +587,6 @@ def run_check(args: argparse.Namespace) -> int:
             raise CommandError(
                 f"tensor {record.name!r} {tuple(record.array.shape)}: {error}"
             ) from error
-        checked += 1
         if len(violations):
             row, group = (int(i) for i in violations[0])
             entries = matrix[row, group * pattern.m : (group + 1) * pattern.m]
@@ -274,12 +603,67 @@ def run_check(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
-    if checked == 0:
-        raise CommandError(_nothing_selected(args.mask, args, skipped, "ndim >= 2"))
-    _report_skipped(skipped)
-    kind = "at most" if args.relaxed else "exactly"
-    where = " in every row and column of every tile" if args.transposable else ""
-    print(f"OK: {checked} tensor(s) keep {kind} {pattern.n} of every {pattern.m}{where}")
+        progress.advance(record.name, size)
+    return None
+
+
+def run_permute(args: argparse.Namespace) -> int:
+    """``nmref permute``: channel permutations of a model folder, written atomically."""
+    import json
+
+    from nmref.checkpoints import check_regular_file
+    from nmref.permutation.checkpoint import LLAMA_STYLE, permute_checkpoint
+
+    folder = Path(args.model)
+    if not folder.is_dir():
+        raise CommandError(f"MODEL {args.model!r} must be a model folder (config.json and "
+                           "model.safetensors)")  # fmt: skip
+    config_path, weights_path = folder / "config.json", folder / "model.safetensors"
+    for path in (config_path, weights_path):
+        if not path.exists():
+            raise CommandError(f"MODEL {args.model!r} has no {path.name}")
+        check_regular_file(path, f"{path.name} of MODEL {args.model!r}", noun="file")
+    if args.block_stripes < 0:
+        raise CommandError(f"--block-stripes {args.block_stripes} must be >= 0 (0: no blocks)")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CommandError(f"{str(config_path)!r} is not valid JSON: {error}") from error
+    if not isinstance(config, dict):
+        raise CommandError(f"{str(config_path)!r} must hold a JSON object")
+    check_output(args.output, force=args.force, inputs=(str(weights_path),), flag="-o")
+    records = list(iter_tensors(weights_path))
+    tensors = {record.name: record.array for record in records}
+    try:
+        result = permute_checkpoint(
+            tensors,
+            config,
+            args.pattern,
+            method=args.method,
+            block_stripes=args.block_stripes or None,
+        )
+    except (ValueError, TypeError) as error:
+        raise CommandError(f"{weights_path}: {error}") from error
+    written = write_tensors(
+        args.output, result.tensors, inputs=(str(weights_path),), overwrite=args.force, flag="-o"
+    )
+    model_type = config.get("model_type")
+    print(f"pattern {args.pattern}, method {args.method}, model_type {model_type!r}")
+    if result.layers:
+        print(f"{'permuted weight':<44} {'kept before':>12} {'kept after':>12} {'efficacy':>9}")
+    for layer in result.layers:
+        before, after = layer.kept_before / layer.total, layer.kept_after / layer.total
+        print(f"{layer.name:<44} {before:12.4%} {after:12.4%} {layer.efficacy:9.1%}"
+              f"   (with {', '.join(layer.partners)})")  # fmt: skip
+    why = (
+        "no permutation rule for this tensor"
+        if model_type in LLAMA_STYLE
+        else f"pairing unknown for model_type {model_type!r} (known: {', '.join(LLAMA_STYLE)})"
+    )
+    for name in result.unknown:
+        print(f"not permuted: {name!r}: {why}")
+    print(f"wrote {len(result.tensors)} tensor(s) ({len(result.layers)} layer pair(s) permuted) "
+          f"to {written}")  # fmt: skip
     return 0
 
 
@@ -342,8 +726,17 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--exclude", type=_regex, help="skip tensors whose name matches")
 
     mask = subparsers.add_parser("mask", help="compute N:M magnitude masks of a tensor file")
-    mask.add_argument("input", help=".npy, .npz or .safetensors file")
-    mask.add_argument("-o", "--output", required=True, help="output file (.npy/.npz/.safetensors)")
+    mask.add_argument(
+        "input",
+        help=".npy, .npz or .safetensors file, a model folder or a *.safetensors.index.json",
+    )
+    mask.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="output file (.npy/.npz/.safetensors); for a model folder input, a folder "
+        "(sharded like the input, with its own index)",
+    )
     add_filters(mask)
     mask.add_argument(
         "--transposable",
@@ -358,10 +751,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mask.add_argument("--apply", action="store_true", help="write masked weights, not masks")
     mask.add_argument("--force", action="store_true", help="replace an existing output")
+    mask.add_argument("--quiet", action="store_true", help="no progress bar")
+    mask.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="run on a dask.distributed cluster (tcp://host:8786), or 'local' for a local "
+        "cluster of --workers processes; identical output (needs the [dask] extra)",
+    )
+    mask.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="N > 1: a local Dask cluster of N single-threaded worker processes",
+    )
     mask.set_defaults(func=run_mask)
 
     check = subparsers.add_parser("check", help="check that a mask file is N:M")
-    check.add_argument("mask", help=".npy, .npz or .safetensors file (nonzero = kept)")
+    check.add_argument(
+        "mask",
+        help=".npy, .npz or .safetensors file, model folder or index (nonzero = kept)",
+    )
     add_filters(check)
     check.add_argument("--relaxed", action="store_true", help="accept at most N kept per group")
     check.add_argument(
@@ -371,11 +781,36 @@ def build_parser() -> argparse.ArgumentParser:
         "--weights",
         help="with --transposable: the weights file, to print each mask's optimality gap",
     )
+    check.add_argument("--quiet", action="store_true", help="no progress bar")
     check.set_defaults(func=run_check)
+
+    from nmref.audit.command import add_audit_parser
+
+    add_audit_parser(subparsers, add_filters)
+    permute = subparsers.add_parser(
+        "permute", help="permute the channels of a model folder for N:M (same function)"
+    )
+    permute.add_argument("model", help="folder with config.json and model.safetensors")
+    permute.add_argument("-o", "--output", required=True, help="output .safetensors/.npz file")
+    permute.add_argument(
+        "--pattern", type=_pattern, required=True, help="N:M, N kept of M, e.g. 2:4"
+    )
+    permute.add_argument("--method", choices=("stripes", "swaps"), default="stripes",
+                         help="search (specs/permutation.md P5; default stripes)")  # fmt: skip
+    permute.add_argument(
+        "--block-stripes", type=int, default=8,
+        help="stripe groups within blocks of this many stripes (P6; default 8; 0: no blocks)",
+    )  # fmt: skip
+    permute.add_argument("--force", action="store_true", help="replace an existing output")
+    permute.set_defaults(func=run_permute)
 
     demo = subparsers.add_parser("demo", help="mask and check a small built-in example")
     demo.add_argument("--out", help="folder for the example files (default: a temporary one)")
     demo.set_defaults(func=run_demo)
+
+    from nmref.explain import add_parser as add_explain
+
+    add_explain(subparsers)
     return parser
 
 
@@ -386,8 +821,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2
+    from nmref._compile_notice import compile_notice
+
     try:
-        return int(args.func(args))
+        with compile_notice("nmref", quiet=getattr(args, "quiet", False)):
+            return int(args.func(args))
     except ImportError as error:
         # an optional dependency the command needs is missing: the environment, not the input
         print(f"nmref: error: {error}", file=sys.stderr)

@@ -241,6 +241,15 @@ def nm_mask(
         NaN; if the grouped length is not a multiple of ``m`` and
         ``remainder="error"``; if ``scores`` is 0-d.
 
+    See Also
+    --------
+    magnitude_mask
+        The same rule on ``|w|`` of a weight, through its layout.
+    is_nm
+        Check that a mask keeps exactly ``n`` of every ``m``.
+    nm_mask_reference
+        The rule in plain Python, for reading.
+
     Notes
     -----
     Complexity: O(size * m) time by rank counting for ``m <= 32``, and
@@ -297,6 +306,15 @@ def magnitude_mask(
     TypeError, ValueError
         As :func:`nm_mask`, plus a ``ValueError`` for a layout that does not
         fit ``weights.ndim``.
+
+    See Also
+    --------
+    nm_mask
+        The rule on scores along one axis.
+    nmref.transposable_weight_mask
+        Transposable masks of a weight.
+    to_reduction_matrix
+        The ``[rows, reduction]`` view that is grouped.
 
     Notes
     -----
@@ -413,6 +431,13 @@ def is_nm(
     Returns
     -------
     bool
+
+    See Also
+    --------
+    nm_violations
+        Where a mask breaks the rule.
+    nmref.is_transposable
+        The check for transposable masks.
 
     Examples
     --------

@@ -32,8 +32,22 @@ from pathlib import Path
 import numpy as np
 
 # "check-weights" is nmref check --transposable --weights FILE: the hostile file as the weights;
-# "calibrate" is nmsim calibrate --no-cv --corpus FILE: the hostile file as an extra corpus
-COMMANDS = ("mask", "check", "check-weights", "report", "compress", "inspect", "calibrate")
+# "calibrate" is nmsim calibrate --no-cv --corpus FILE: the hostile file as an extra corpus;
+# "audit" is nmref audit FILE --pattern 2:4; "explain" is nmref explain transposable FILE;
+# "permute" is nmref permute FILE --pattern 2:4 -o OUT (a model folder is expected)
+COMMANDS = (
+    "mask",
+    "check",
+    "check-weights",
+    "report",
+    "compress",
+    "inspect",
+    "calibrate",
+    "convert",
+    "audit",
+    "explain",
+    "permute",
+)
 MARKER = "PICKLE-RAN.marker"
 # The zip bomb inflates to this many bytes; tests set NMREF_MEMORY_BUDGET_GIB below it.
 BOMB_BYTES = 32 * 2**20

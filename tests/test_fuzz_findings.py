@@ -260,3 +260,12 @@ def test_verify_on_a_folder_without_a_manifest_is_an_error_not_a_note(tmp_path, 
     err = capsys.readouterr().err
     # it printed "no manifest.json (not checked)", then "--only 'golden' matches no suite"
     assert "has no manifest.json" in err and "matches no suite" not in err
+
+
+def test_channel_permutation_objective_of_a_matrix_without_columns_is_zero() -> None:
+    # shape (2, 0): reshape(0, -1) of no groups raised "cannot reshape array of size 0"
+    empty = np.zeros((2, 0))
+    assert nmref.permutation_objective(empty, 1, 2) == 0.0
+    assert nmref.count_column_partitions(0, 2**70) == 1  # was OverflowError in factorial
+    with pytest.raises(ValueError, match="counting stops at columns <="):
+        nmref.count_column_partitions(2**20, 4)

@@ -4,7 +4,8 @@
 ``.safetensors``/``.npy``/``.npz`` files, a zip bomb, object arrays, ``.pt`` files whose pickles
 would create a marker file, folders named like checkpoints, and hostile names. Each command
 (``nmref mask``, ``nmref check`` with the file as the mask and as ``--weights``, ``nmsim
-report``, ``nmsim compress``, ``nmsim inspect``, ``nmsim calibrate --corpus``) must exit 2 on each entry with exactly one
+report``, ``nmsim compress``, ``nmsim inspect``, ``nmsim calibrate --corpus``, ``nmsim
+convert``, ``nmref audit``, ``nmref explain``, ``nmref permute``) must exit 2 on each entry with exactly one
 stderr line naming the file (as the message prints it: ``repr``, so escapes are escaped) and
 the problem, no traceback, nothing written (neither the ``-o``/``--out`` target nor a temporary
 file), the input byte-identical, and the marker never created. ``specs/errors.md`` section 5
@@ -31,7 +32,7 @@ SCRIPT = ROOT / "scripts" / "hostile_files.py"
 # the zip bomb inflates to 32 MiB; a 0.01 GiB (10.7 MB) budget refuses it before inflating
 BUDGET_GIB = "0.01"
 # the commands that read .pt/.pth through torch (nmsim compress/inspect read only NumPy files)
-TORCH = ("mask", "check", "check-weights", "report")
+TORCH = ("mask", "check", "check-weights", "report", "audit", "explain")
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
 
@@ -97,8 +98,18 @@ def _argv(command: str, name: str, out: Path) -> tuple[object, list[str]]:
         return nmsim_main, ["report", "--methods", "1d", "--quiet", "--out", report, "--", name]
     if command == "compress":
         return nmsim_main, ["compress", "--dtype", "fp16", "-o", str(out / "c.npz"), "--", name]
+    if command == "permute":
+        target = str(out / "p.safetensors")
+        return nmref_main, ["permute", "--pattern", "2:4", "-o", target, "--", name]
+    if command == "explain":
+        return nmref_main, ["explain", "transposable", "--pattern", "2:4", "--", name]
+    if command == "audit":
+        return nmref_main, ["audit", "--pattern", "2:4", "--", name]
     if command == "calibrate":
         return nmsim_main, ["calibrate", "--no-cv", f"--corpus={name}"]
+    if command == "convert":
+        target = str(out / "c.safetensors")
+        return nmsim_main, ["convert", "--to", "sparse-24-bitmask", "--", name, target]
     return nmsim_main, ["inspect", "--", name]
 
 
@@ -344,7 +355,9 @@ def test_a_fifo_or_device_named_like_a_checkpoint_is_never_opened(
         main, argv = _argv(command, name, out)
         status = main(argv)
         (line,) = capsys.readouterr().err.strip().splitlines()
-        assert status == 2 and f"{name!r} is not a regular file" in line, line
+        # permute takes a model folder: a file of any kind is refused before it is opened
+        expected = "must be a model folder" if command == "permute" else "is not a regular file"
+        assert status == 2 and f"{name!r}" in line and expected in line, line
         assert os.listdir(out) == []
 
 

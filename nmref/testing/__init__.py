@@ -16,7 +16,7 @@ Contents
 - checks: :func:`check_nm_mask`, :func:`check_magnitude_mask`,
   :func:`check_mask_error_rules`, :func:`check_sparse_training`,
   :func:`check_transposable_mask`,
-  :func:`check_golden_vectors` (in :mod:`nmref.testing.golden`).
+  :func:`~nmref.testing.golden.check_golden_vectors` (in :mod:`nmref.testing.golden`).
 
 This package imports NumPy and nmref only (hypothesis only in ``strategies``):
 never torch, so it can test any framework.

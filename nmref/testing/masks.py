@@ -234,6 +234,15 @@ def check_nm_mask(
     -------
     Report
 
+    See Also
+    --------
+    check_magnitude_mask
+        The same for layout-aware magnitude masks.
+    check_transposable_mask
+        Transposable masks against the exact optimum.
+    nmref.testing.golden.check_golden_vectors
+        The shipped vectors, for other languages.
+
     Examples
     --------
     >>> from nmref.testing import check_nm_mask

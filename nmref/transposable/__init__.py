@@ -225,6 +225,15 @@ def transposable_mask(
         unknown, ``"at_most"`` with a greedy method, or ``"at_most"`` with
         ``"brute"`` and ``m > 4``.
 
+    See Also
+    --------
+    transposable_certificate
+        The optimum with dual potentials that prove it.
+    optimality_gap
+        How far another mask is from the optimum.
+    nmref.explain.explain_transposable
+        The solver's steps on one tile, in words.
+
     Notes
     -----
     Exact: per tile, integer scaling (O(m^2)), a start that satisfies

@@ -52,6 +52,13 @@ def transposable_certificate(
         As :func:`transposable_mask`, or when a potential is not exactly
         representable in float64 (tiles spanning more than ~2^45 in magnitude).
 
+    See Also
+    --------
+    verify_certificate
+        Check a certificate without trusting nmref.
+    transposable_mask
+        The mask alone.
+
     Examples
     --------
     >>> certificate = transposable_certificate(np.arange(16.0).reshape(4, 4), 2, 4)

@@ -74,7 +74,7 @@ Readable only: the at-most fill has no Numba kernel yet (a follow-up).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from nmref.patterns import check_pattern
 from nmref.transposable.ties import canonical_optimum
@@ -95,7 +95,7 @@ __all__ = [
 
 
 def successive_shortest_paths(
-    weights: Tile, n: int
+    weights: Tile, n: int, *, trace: Callable[[dict], None] | None = None
 ) -> tuple[list[list[bool]], list[int], list[int]]:
     """Maximum-weight b-matching of one tile by successive shortest paths.
 
@@ -106,6 +106,12 @@ def successive_shortest_paths(
         :func:`nmref.transposable.tiles.exact_integer_tile`).
     n : int
         Entries kept in every row and every column, ``0 <= n <= m``.
+    trace : callable, optional
+        Called once before the first augmentation with ``{"potential": [...]}``
+        and after each one with ``{"path": nodes, "distance": ..., "potential":
+        [...]}`` (node numbers: 0 source, ``1..m`` rows, ``m+1..2m`` columns,
+        ``2m+1`` sink; copies, so the caller cannot change the run). For
+        :mod:`nmref.explain`; the result does not depend on it.
 
     Returns
     -------
@@ -147,6 +153,8 @@ def successive_shortest_paths(
     for j in range(m):
         potential[column_node[j]] = -max(weights[i][j] for i in range(m))
     potential[sink] = min(potential[column_node[j]] for j in range(m)) if m else 0
+    if trace is not None:
+        trace({"potential": list(potential)})
 
     for _ in range(n * m):
         # --- Dijkstra from the source until the sink is settled -------------
@@ -177,6 +185,11 @@ def successive_shortest_paths(
             d = distance[node]
             potential[node] += d if settled[node] and d is not None else sink_distance
         # --- push one unit along the path ------------------------------------
+        if trace is not None:
+            path = [sink]
+            while path[-1] != source:
+                path.append(parent[path[-1]])
+            trace({"path": path[::-1], "distance": sink_distance, "potential": list(potential)})
         node = sink
         while node != source:
             previous = parent[node]

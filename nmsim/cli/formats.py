@@ -1,8 +1,9 @@
-"""``nmsim compress`` and ``nmsim inspect``: the 2:4 compressed format on the command line.
+"""``nmsim compress``, ``nmsim inspect`` and ``nmsim convert``: 2:4 formats on the command line.
 
 ``nmsim compress W.npy --dtype fp16 -o out.npz`` writes the values and sm80 metadata of a 2:4
 matrix; ``nmsim inspect out.npz`` prints the kept-position histogram and decodes the first
-groups. File format: ``specs/formats.md``, section 12.
+groups. File format: ``specs/formats.md``, section 12. ``nmsim convert IN OUT --to FORMAT``
+rewrites a compressed-tensors 2:4 checkpoint (``specs/checkpoint_formats.md``).
 """
 
 from __future__ import annotations
@@ -55,6 +56,25 @@ def add_parser(subparsers: Any) -> None:
     inspect.add_argument("--rows", type=int, default=4, help="rows to decode (default 4)")
     inspect.add_argument("--groups", type=int, default=8, help="groups per row (default 8)")
     inspect.set_defaults(func=run_inspect)
+
+    convert = subparsers.add_parser(
+        "convert",
+        help="convert a 2:4 checkpoint between dense, sparse-24-bitmask and cutlass (sparse-24)",
+        description=(
+            "Decode, validate and re-encode a compressed-tensors 2:4 checkpoint (a .safetensors "
+            "file or a model folder), or encode the 2:4 weights of a dense one. 'cutlass' is "
+            "the sparse-24 format (PyTorch's CUTLASS values + sm80 metadata). Compressed "
+            "layers keep their stored mask, so bitmask -> cutlass -> bitmask gives the same "
+            "bytes (specs/checkpoint_formats.md)."
+        ),
+    )
+    convert.add_argument("input", type=Path, help=".safetensors file or model folder")
+    convert.add_argument("output", type=Path, help="output .safetensors file")
+    convert.add_argument(
+        "--to", required=True, choices=("dense", "sparse-24-bitmask", "cutlass"), help="format"
+    )
+    convert.add_argument("--force", action="store_true", help="replace an existing output")
+    convert.set_defaults(func=run_convert)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -377,4 +397,31 @@ def run_inspect(args: argparse.Namespace) -> int:
                 else:
                     cells.append(f"{first | second << 2:#x}:{first}{second}")
             print(f"  row {row:>4}: " + " ".join(cells))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# convert
+# ---------------------------------------------------------------------------------------------
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    from nmsim.formats.compressed_checkpoint import convert
+
+    if not args.input.exists():
+        raise ValueError(f"IN {str(args.input)!r} does not exist")
+    if not (args.input.is_dir() or args.input.is_file()):
+        raise ValueError(
+            f"IN {str(args.input)!r} is not a regular file (a FIFO, socket or device); "
+            "it is not opened"
+        )
+    written, notes = convert(args.input, args.output, args.to, force=args.force, flag="OUT")
+    counts: dict[str, int] = {}
+    for name, note in notes:
+        key = note if not note.startswith("kept dense") else "kept dense"
+        counts[key] = counts.get(key, 0) + 1
+        if note.startswith("kept dense"):
+            print(f"  {printable(name)}: {printable(note)}")
+    print(", ".join(f"{count} {what}" for what, count in counts.items()))
+    print(f"wrote {printable(str(written))}")
     return 0

@@ -9,14 +9,23 @@ tensors with NaN/Inf are reported in the table and skipped (exit status 0).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nmsim.cli.tables import format_ratio, printable
 
-__all__ = ["add_parser", "format_ratio", "interval_cell", "render_table", "run"]
+__all__ = [
+    "add_parser",
+    "format_ratio",
+    "interval_cell",
+    "render_markdown",
+    "render_table",
+    "run",
+]
 
 
 def add_parser(subparsers: Any) -> None:
@@ -85,9 +94,26 @@ def add_parser(subparsers: Any) -> None:
         help="permutations Bi-Mask's search tries",
     )
     parser.add_argument(
-        "--workers", type=int, default=1, metavar="N", help="processes (same result as 1)"
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="processes (same result as 1); with --scheduler local, the local Dask cluster's size",
+    )
+    parser.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="analyse the tensors on a dask.distributed cluster (tcp://host:8786), or 'local' "
+        "for a local cluster of --workers processes; the same document (needs the [dask] extra)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--format",
+        choices=("table", "csv", "markdown", "json"),
+        default="table",
+        help="stdout: a table laid out for the terminal (default), CSV or JSON (full "
+        "precision), or a markdown table (rounded as the table)",
+    )
     parser.add_argument(
         "--out", metavar="DIR", help="folder for report.json, report.csv and PNG plots"
     )
@@ -178,44 +204,73 @@ def _method_cell(key: str, result: dict[str, Any] | None) -> str:
 SHORT_TITLES = {"1d": "1-D", "transposable": "T-exact", "greedy": "T-greedy", "bimask": "Bi-Mask"}
 
 
-def render_table(report: dict[str, Any], console: Any) -> None:
-    """Print the report as a rich table (analysed and failed tensors), totals and notes."""
-    from rich.table import Table
-    from rich.text import Text
+@dataclass
+class _Column:
+    """One column of the report table: header, footer, and whether a narrow terminal keeps it."""
 
+    key: str
+    header: str
+    footer: str = ""
+    right: bool = False
+    compact: bool = True
+    compact_header: str = ""
+
+
+@dataclass
+class _TableModel:
+    """The report table as text cells, before a layout (wide, compact, markdown) is chosen."""
+
+    title: str
+    columns: list[_Column]
+    rows: list[tuple[dict[str, str], bool]]  # cells by column key, and "is an error row"
+    speedup_groups: dict[str, list[str]]
+    forward_label: str
+    forward_total: dict[str, Any] | None
+    methods: list[str]
+
+
+def _table_model(report: dict[str, Any]) -> _TableModel:
     settings = report["settings"]
     checkpoint = report["checkpoint"]
-    columns = report["columns"]
-    methods = [key for key in settings["methods"] if columns[key]["available"]]
-    time_on = columns["time"]["available"]
-    title = (
-        f"nmsim report: {printable(Path(checkpoint['source']).name)}, pattern {settings['pattern']}"
-    )
+    columns_info = report["columns"]
+    methods = [key for key in settings["methods"] if columns_info[key]["available"]]
+    time_on = columns_info["time"]["available"]
+    title = f"nmsim report: {printable(_model_name(checkpoint))}, pattern {settings['pattern']}"
     if checkpoint["synthetic"]:
         title += " [SYNTHETIC WEIGHTS]"
-    table = Table(title=title, title_justify="left", show_footer=True)
-    table.add_column("tensor", footer="model total")
-    table.add_column("shape")
-    table.add_column("layout")
-    table.add_column("fits")
-    table.add_column("2:4 kernel fwd/dX")
     totals = report["totals"]
+    columns = [
+        _Column("tensor", "tensor", "model total"),
+        _Column("shape", "shape"),
+        _Column("layout", "layout", compact=False),
+        _Column("fits", "fits", compact=False),
+        _Column("kernel", "2:4 kernel fwd/dX", compact=False),
+    ]
     for key in methods:
         total = totals["methods"].get(key)
-        footer = _percent(total["kept_fraction"]) if total else "-"
         label = SHORT_TITLES.get(key, key)
-        if key == "greedy":
-            label += " (gap)"
-        if key == "bimask":
-            label += " bwd"
-        table.add_column(f"kept {label}", justify="right", footer=footer)
+        columns.append(
+            _Column(
+                f"kept:{key}",
+                f"kept {label}"
+                + (" (gap)" if key == "greedy" else "")
+                + (" bwd" if key == "bimask" else ""),
+                _percent(total["kept_fraction"]) if total else "-",
+                right=True,
+                compact_header=f"kept\n{label}",
+            )
+        )
     speedup_groups = _speedup_groups(report, methods) if time_on else {}
     for label, keys in speedup_groups.items():
         block = totals["time"]["methods"][keys[0]]
-        table.add_column(
-            f"speedup {label}",
-            justify="right",
-            footer=format_ratio(block and block["speedup"]),
+        columns.append(
+            _Column(
+                f"speedup:{label}",
+                f"speedup {label}",
+                format_ratio(block and block["speedup"]),
+                right=True,
+                compact=False,
+            )
         )
     forward_blocks = [
         entry["time"]["forward_speedup"]
@@ -225,47 +280,138 @@ def render_table(report: dict[str, Any], console: Any) -> None:
     forward_total = totals["time"].get("forward_speedup") if totals["time"] else None
     forward_label = _interval_label(settings["pattern"], forward_blocks)
     if time_on:
-        table.add_column(forward_label, justify="right", footer=interval_cell(forward_total))
-    failed = any(entry["status"] == "error" for entry in report["tensors"])
-    if failed:
-        table.add_column("note")
-    skipped: dict[str, list[str]] = {}
+        columns.append(_Column("fwd", forward_label, interval_cell(forward_total), right=True))
+    if any(entry["status"] == "error" for entry in report["tensors"]):
+        columns.append(_Column("note", "note"))
+    rows: list[tuple[dict[str, str], bool]] = []
     for entry in report["tensors"]:
-        shape = "x".join(str(s) for s in entry["shape"])
         if entry["status"] == "skipped":
-            skipped.setdefault(entry["reason"], []).append(printable(entry["name"]))
             continue
+        cells = {
+            "tensor": printable(entry["name"]),
+            "shape": "x".join(str(s) for s in entry["shape"]),
+        }
         if entry["status"] == "error":
-            blanks = [""] * (len(methods) + len(speedup_groups) + 3 + int(time_on))
-            table.add_row(
-                Text(printable(entry["name"])),
-                shape,
-                *blanks,
-                Text(printable(entry["reason"])),
-                style="red",
-            )
+            cells["note"] = printable(entry["reason"])
+            rows.append((cells, True))
             continue
         align = entry["alignment"]
-        fits = "1-D+tiles" if align["tiles_fit"] else "1-D" if align["groups_fit"] else "none"
-        kernel = "/".join(
+        cells["layout"] = entry["layout"]
+        cells["fits"] = (
+            "1-D+tiles" if align["tiles_fit"] else "1-D" if align["groups_fit"] else "none"
+        )
+        cells["kernel"] = "/".join(
             "yes" if any(align["kernel_shapes"][gemm].values()) else "no"
             for gemm in ("forward", "input_grad")
         )
-        cells = [_method_cell(key, entry["methods"].get(key)) for key in methods]
-        for keys in speedup_groups.values():
+        for key in methods:
+            cells[f"kept:{key}"] = _method_cell(key, entry["methods"].get(key))
+            cells[f"kept1:{key}"] = _method_cell("", entry["methods"].get(key))
+        for label, keys in speedup_groups.items():
             applied = [k for k in keys if entry["time"]["methods"].get(k)]
-            cells.append(_speedup(entry["time"], applied[0]) if applied else "-")
+            cells[f"speedup:{label}"] = _speedup(entry["time"], applied[0]) if applied else "-"
         if time_on:
-            cells.append(interval_cell(entry["time"] and entry["time"].get("forward_speedup")))
-        table.add_row(
-            Text(printable(entry["name"])),
-            shape,
-            entry["layout"],
-            fits,
-            kernel,
-            *cells,
-            *[""] * failed,
+            cells["fwd"] = interval_cell(entry["time"] and entry["time"].get("forward_speedup"))
+        rows.append((cells, False))
+    return _TableModel(title, columns, rows, speedup_groups, forward_label, forward_total, methods)
+
+
+def _model_name(checkpoint: dict[str, Any]) -> str:
+    """How titles name the model: its name and its file's name, never a site-packages path."""
+    file_name = Path(checkpoint["source"]).name
+    name = checkpoint.get("name") or file_name
+    return name if file_name in (name, "") else f"{name} ({file_name})"
+
+
+def _rich_table(model: _TableModel, compact: bool) -> Any:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    columns = [c for c in model.columns if c.compact or not compact]
+    table = Table(
+        title=model.title,
+        title_justify="left",
+        show_footer=True,
+        box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
+        padding=(0, 1, 0, 0) if compact else (0, 1),
+        pad_edge=not compact,
+    )
+    for column in columns:
+        header = column.compact_header if compact and column.compact_header else column.header
+        footer = column.footer
+        if compact and column.key == "fwd":
+            header = header.replace(" [", "\n[", 1)
+            footer = footer.replace("] ", "]\n", 1)
+        table.add_column(
+            header,
+            footer=footer,
+            justify="right" if column.right else "left",
+            overflow="fold",
+            no_wrap=column.key not in ("tensor", "note"),
+            ratio=1 if column.key == "tensor" else None,
+            min_width=12 if column.key == "tensor" else None,
         )
+    for cells, is_error in model.rows:
+        values = []
+        for column in columns:
+            key = column.key
+            if compact and key.startswith("kept:"):
+                key = "kept1:" + key.removeprefix("kept:")  # no greedy gap: the CSV has it
+            text = cells.get(key, "")
+            if compact and key == "fwd":
+                text = text.replace("] ", "]\n", 1)  # the verdict on a line of its own
+            values.append(Text(text))
+        table.add_row(*values, style="red" if is_error else None)
+    return table
+
+
+def wide_table_width(report: dict[str, Any], console: Any) -> int:
+    """Columns the table needs with every column shown and nothing wrapped."""
+    table = _rich_table(_table_model(report), compact=False)
+    return console.measure(table, options=console.options.update_width(10**5)).maximum
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The report table as a GitHub markdown table (every column; rounded as the table)."""
+    model = _table_model(report)
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    out = [f"**{model.title}**", "", line([c.header for c in model.columns])]
+    out.append("|" + "|".join("---:" if c.right else "---" for c in model.columns) + "|")
+    for cells, _ in model.rows:
+        out.append(line([cells.get(c.key, "") for c in model.columns]))
+    out.append(line([f"**{c.footer}**" if c.footer else "" for c in model.columns]))
+    return "\n".join(out) + "\n"
+
+
+def render_table(report: dict[str, Any], console: Any) -> None:
+    """Print the report as a rich table (analysed and failed tensors), totals and notes.
+
+    The table is laid out for the console's width: every column when they fit, else a
+    compact one (tensor names wrapped; layout, fit, kernel and training-speedup columns
+    left out and named below it).
+    """
+    settings = report["settings"]
+    checkpoint = report["checkpoint"]
+    columns = report["columns"]
+    totals = report["totals"]
+    model = _table_model(report)
+    methods = model.methods
+    time_on = columns["time"]["available"]
+    speedup_groups = model.speedup_groups
+    forward_label = model.forward_label
+    forward_total = model.forward_total
+    skipped: dict[str, list[str]] = {}
+    for entry in report["tensors"]:
+        if entry["status"] == "skipped":
+            skipped.setdefault(entry["reason"], []).append(printable(entry["name"]))
+    table = _rich_table(model, compact=False)
+    compact = wide_table_width(report, console) > console.width
+    if compact:
+        table = _rich_table(model, compact=True)
     description = checkpoint.get("description", "")
     metadata = checkpoint.get("metadata") or {}
     if "test_accuracy" in metadata:
@@ -275,7 +421,20 @@ def render_table(report: dict[str, Any], console: Any) -> None:
         style="bold red" if checkpoint["synthetic"] else None,
         markup=False,
     )
+    from nmsim.report.compressed import compressed_line
+
+    line = compressed_line(report)
+    if line is not None:
+        console.print(printable(line), markup=False)
     console.print(table)
+    if compact:
+        hidden = [c.header for c in model.columns if not c.compact]
+        console.print(
+            f"(at {console.width} columns: {', '.join(hidden)} and the greedy gap left out; "
+            "a wider terminal, --format markdown or --format csv shows them)",
+            markup=False,
+            style="dim",
+        )
     counts = totals["tensors"]
     legend = (
         "fits: N:M groups (1-D) and M x M tiles fit the shape; 2:4 kernel: the weight (fwd) and "
@@ -352,30 +511,26 @@ def render_table(report: dict[str, Any], console: Any) -> None:
             )
 
 
-def _progress(console: Any, quiet: bool) -> tuple[Any, Any]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
+def _progress(quiet: bool) -> tuple[Any, Any]:
+    """A bar over the bytes the report reads (``nmref._progress``), and its callbacks."""
+    from nmref._progress import WorkProgress
     from nmsim.report.build import Progress as Callbacks
 
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[current]}"),
-        console=console,
-        transient=True,
-        disable=quiet or not console.is_terminal,
-    )
-    state: dict[str, Any] = {}
+    state: dict[str, Any] = {"bar": WorkProgress("analysing", 0, 0, quiet=True), "sizes": {}}
+
+    def plan(sizes: list[tuple[str, int]]) -> None:
+        state["sizes"] = dict(sizes)
+        state["bar"] = WorkProgress(
+            "analysing", len(sizes), sum(state["sizes"].values()), quiet=quiet
+        )
 
     def start(total: int) -> None:
-        bar.start()
-        state["task"] = bar.add_task("tensors", total=total, current="")
+        state["bar"].__enter__()
 
     def advance(name: str) -> None:
-        bar.update(state["task"], advance=1, current=name)
+        state["bar"].advance(name, state["sizes"].get(name, 0))
 
-    return bar, Callbacks(start=start, advance=advance)
+    return state, Callbacks(start=start, advance=advance, plan=plan)
 
 
 def _heatmap_weight(report: dict[str, Any], checkpoint: str | None) -> dict[str, Any]:
@@ -429,18 +584,30 @@ def run(args: argparse.Namespace) -> int:
             )
         if out.exists() and not out.is_dir():
             raise ValueError(f"--out {args.out!r} exists and is not a folder")
+    from nmref._compile_notice import compile_notice
+
     errors = Console(stderr=True)
-    bar, callbacks = _progress(errors, args.quiet)
+    state, callbacks = _progress(args.quiet)
     try:
-        report = build_report(args.checkpoint, settings, workers=args.workers, progress=callbacks)
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(compile_notice("nmsim", quiet=args.quiet))
+            client = None
+            if args.scheduler is not None:
+                from nmref.distributed import dask_client
+
+                client = stack.enter_context(dask_client(args.scheduler, args.workers))
+            report = build_report(
+                args.checkpoint, settings, workers=args.workers, progress=callbacks, client=client
+            )
     except ImportError:
         raise  # exit 3: the environment lacks a module the analysis needs
     except KeyboardInterrupt:
-        bar.stop()
+        state["bar"].__exit__(None, None, None)
         print("nmsim: interrupted", file=sys.stderr)
         return 130
     finally:
-        bar.stop()
+        state["bar"].__exit__(None, None, None)
+    state["bar"].print_summary()
     if args.out is not None:
         from nmsim.report.files import write_outputs
 
@@ -458,13 +625,21 @@ def run(args: argparse.Namespace) -> int:
                 "pip install 'nm-sparsity-ref[report]'"
             ) from error
         errors.print(f"wrote {', '.join(str(p) for p in written)}", highlight=False)
-    if args.json:
+    output_format = "json" if args.json else args.format
+    if output_format == "json":
         sys.stdout.write(json.dumps(report, indent=1, allow_nan=False) + "\n")
+    elif output_format == "csv":
+        from nmsim.report.files import csv_text
+
+        sys.stdout.write(csv_text(report))
+    elif output_format == "markdown":
+        sys.stdout.write(render_markdown(report))
     else:
         console = Console(highlight=False, emoji=False)
         if not console.is_terminal:
-            # Piped output (README, logs): wide enough not to truncate tensor names.
-            console = Console(highlight=False, emoji=False, width=200)
+            # Piped output (README, logs): every column, names never cut or wrapped.
+            width = max(200, wide_table_width(report, console))
+            console = Console(highlight=False, emoji=False, width=width)
         render_table(report, console)
     bad = report["totals"]["tensors"]["errors"]
     if bad:

@@ -39,6 +39,7 @@ from nmref.checkpoints import (
 )
 from nmref.layouts import LAYOUTS, default_layout, to_reduction_shape
 from nmref.patterns import Pattern, parse_pattern
+from nmref.sharded import is_model_input
 from nmsim.report.methods import (
     COST_MODELS,
     GEMMS,
@@ -199,22 +200,76 @@ class ReportSettings:
 
 @dataclass(frozen=True)
 class Source:
-    """Where tensors come from: ``kind`` is ``"file"`` or ``"zoo"``."""
+    """Where tensors come from: ``kind`` is ``"file"``, ``"model"``, ``"zoo"`` or
+    ``"compressed"`` (a compressed-tensors 2:4 checkpoint, decoded by
+    :mod:`nmsim.report.compressed`).
+
+    A ``"model"`` (a Hugging Face folder or ``*.safetensors.index.json``) carries its
+    validated listing, ``shards`` (tensor name -> shard file), so that worker processes
+    read one tensor without re-validating the index.
+    """
 
     kind: str
     location: str
+    shards: tuple[tuple[str, str], ...] = ()
+    listing: tuple[TensorInfo, ...] = ()
 
     def entries(self) -> list[TensorInfo]:
         """Every tensor's name, shape and dtype, without reading data."""
         if self.kind == "zoo":
             return [TensorInfo(n, s, "float32") for n, s in ZOO[self.location].shapes]
+        if self.kind == "compressed":
+            from nmsim.report.compressed import compressed_entries
+
+            return compressed_entries(self.location)
+        if self.kind == "model":
+            return list(self.listing)
         return list_tensors(self.location)
 
     def load(self, info: TensorInfo, seed: int) -> TensorRecord:
         """Read (or make) one tensor."""
         if self.kind == "zoo":
             return TensorRecord(info.name, synthetic_weight(info.name, info.shape, seed), "float32")
+        if self.kind == "compressed":
+            from nmsim.report.compressed import load_compressed
+
+            return load_compressed(self.location, info.name)
+        if self.kind == "model":
+            return read_tensor(_shard_map(self.shards)[info.name], info.name)
         return read_tensor(self.location, info.name)
+
+
+@functools.lru_cache(maxsize=4)
+def _shard_map(shards: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    return dict(shards)
+
+
+def _model_source(checkpoint: str) -> tuple[Source, dict[str, Any]]:
+    """A model folder or index: validated (``nmref.sharded.open_model``), headers only."""
+    from nmref.sharded import open_model
+
+    model = open_model(checkpoint)
+    shards = tuple((info.name, str(model.root / shard)) for info, shard in model.tensors)
+    metadata = {str(k): str(v) for k, v in sorted(model.metadata.items())}
+    for key in ("model_type", "torch_dtype"):
+        if isinstance(model.config.get(key), str):
+            metadata[f"config.{key}"] = model.config[key]
+    count = len(model.shards)
+    block = {
+        "source": checkpoint,
+        "kind": "model",
+        "synthetic": False,
+        "description": f"{model.name} ({count} safetensors shard{'s' if count > 1 else ''})",
+        "metadata": metadata,
+        "name": model.name,
+    }
+    return Source("model", checkpoint, shards, tuple(model.infos())), block
+
+
+def _compressed_source(checkpoint: str) -> dict[str, Any] | None:
+    from nmsim.report.compressed import compressed_source
+
+    return compressed_source(Path(checkpoint))
 
 
 def resolve_source(checkpoint: str | None) -> tuple[Source, dict[str, Any]]:
@@ -239,24 +294,39 @@ def resolve_source(checkpoint: str | None) -> tuple[Source, dict[str, Any]]:
             "description": f"{model.description}; SYNTHETIC weights N(0, 1/fan_in), "
             "shapes only: kept fractions describe random weights, not a trained model",
             "metadata": {},
+            "name": checkpoint,
         }
     elif checkpoint in INSTALLED_CHECKPOINTS:
         path = installed_checkpoint_path(checkpoint)
         block = {"source": str(path), "kind": "file", "synthetic": False}
+    elif is_model_input(checkpoint):
+        from nmref.sharded import open_model
+
+        open_model(checkpoint)  # the index rules first (specs/errors.md section 6)
+        # a compressed-tensors checkpoint is usually a model folder too
+        compressed = _compressed_source(checkpoint)
+        if compressed is not None:
+            return Source("compressed", checkpoint), compressed
+        return _model_source(checkpoint)
+    elif (compressed := _compressed_source(checkpoint)) is not None:
+        return Source("compressed", checkpoint), compressed
     else:
         path = Path(checkpoint)
         if path.suffix.lower() not in READ_FORMATS:
             names = ", ".join([*ZOO, *INSTALLED_CHECKPOINTS])
             raise ValueError(
                 f"checkpoint {checkpoint!r} is neither a built-in model "
-                f"({names}) nor a file ending in {', '.join(READ_FORMATS)}"
+                f"({names}), a file ending in {', '.join(READ_FORMATS)}, a model folder "
+                "(config.json, model.safetensors or an index) nor a *.safetensors.index.json"
             )
         check_regular_file(path, f"checkpoint {checkpoint!r}", noun="checkpoint file")
         block = {"source": str(path), "kind": "file", "synthetic": False}
     metadata = _file_metadata(path)
     block["description"] = metadata.get("model", f"{path.name} ({path.suffix[1:]} checkpoint)")
+    block["name"] = "digits MLP" if checkpoint is None else metadata.get("name", path.stem)
     if checkpoint in INSTALLED_CHECKPOINTS:
         block["description"] = INSTALLED_CHECKPOINTS[checkpoint][3]
+        block["name"] = INSTALLED_CHECKPOINTS[checkpoint][3].split(" (")[0]
     block["metadata"] = metadata
     return Source("file", str(path)), block
 
@@ -363,6 +433,16 @@ def analyse_tensor(
         "flops": None,
         "time": None,
     }
+    if source.kind == "compressed":
+        from nmsim.report.compressed import stored_mask
+
+        # The stored 2:4 mask, decoded and checked; a layer that breaks its format is an error.
+        block, status, problem = stored_mask(source.location, info.name)
+        if block is not None:
+            entry["stored_mask"] = block
+        if problem is not None:
+            entry.update(status=status, reason=problem)
+            return entry
     reason = _skip_reason(info, settings)
     if reason is not None:
         entry.update(status="skipped", reason=reason)
@@ -377,7 +457,8 @@ def analyse_tensor(
     record = source.load(info, settings.seed)
     weight = np.asarray(record.array)
     magnitudes = np.abs(weight)
-    total_magnitude = float(np.sum(magnitudes, dtype=np.float64))
+    with np.errstate(invalid="ignore"):  # a signalling NaN is reported below, not warned about
+        total_magnitude = float(np.sum(magnitudes, dtype=np.float64))
     # One pass finds NaN/Inf: the float64 sum of |w| is finite exactly when all are.
     if not math.isfinite(total_magnitude):
         problem = _first_nonfinite(weight) or "sum of |w| overflows float64; tensor skipped"
@@ -488,9 +569,42 @@ def _analyse_task(task: tuple) -> dict[str, Any]:
     return analyse_tensor(*task)
 
 
-def _entries_in_order(
-    tasks: list[tuple], workers: int, on_done: Callable[[dict], None]
+def _entries_on_cluster(
+    tasks: list[tuple], client: Any, on_done: Callable[[dict], None]
 ) -> Iterator[dict[str, Any]]:
+    """Tensors analysed on a ``dask.distributed`` cluster, collected in listing order.
+
+    At most 2 tasks per worker in flight (bounded memory on the client); each task is
+    retried on another worker if its worker dies or it raises (``nmref.distributed``);
+    a task whose retries are spent is analysed here, so its error is the one-process one.
+    """
+    from nmref.distributed import RETRIES
+
+    workers = max(len(client.scheduler_info().get("workers", {})), 1)
+    pending: list[tuple[Any, tuple]] = []
+    next_task = 0
+    while next_task < len(tasks) or pending:
+        while next_task < len(tasks) and len(pending) < 2 * workers:
+            task = tasks[next_task]
+            pending.append((client.submit(_analyse_task, task, retries=RETRIES, pure=False), task))
+            next_task += 1
+        future, task = pending.pop(0)
+        try:
+            entry = future.result()
+        except Exception:
+            entry = _analyse_task(task)
+        finally:
+            future.release()
+        on_done(entry)
+        yield entry
+
+
+def _entries_in_order(
+    tasks: list[tuple], workers: int, on_done: Callable[[dict], None], client: Any = None
+) -> Iterator[dict[str, Any]]:
+    if client is not None:
+        yield from _entries_on_cluster(tasks, client, on_done)
+        return
     if workers <= 1 or len(tasks) <= 1:
         for task in tasks:
             entry = _analyse_task(task)
@@ -575,10 +689,13 @@ def _cost_totals(analysed: list[dict], settings: ReportSettings, cost: str) -> d
 
 @dataclass
 class Progress:
-    """Callbacks for a progress display: ``start(total)``, ``advance(name)``."""
+    """Callbacks for a progress display: ``start(total)``, ``advance(name)``, and
+    ``plan(sizes)`` before them, with each selected tensor's name and the bytes it will
+    read (0 for a tensor skipped unread)."""
 
     start: Callable[[int], None] = field(default=lambda total: None)
     advance: Callable[[str], None] = field(default=lambda name: None)
+    plan: Callable[[list[tuple[str, int]]], None] = field(default=lambda sizes: None)
 
 
 def build_report(
@@ -587,6 +704,7 @@ def build_report(
     *,
     workers: int = 1,
     progress: Progress | None = None,
+    client: Any = None,
 ) -> dict[str, Any]:
     """Analyse every eligible weight of a checkpoint; the report as a JSON-ready dict.
 
@@ -601,6 +719,9 @@ def build_report(
     workers : int
         Processes analysing tensors; the result does not depend on it.
     progress : Progress, optional
+    client : distributed.Client, optional
+        Analyse the tensors on this Dask cluster (``--scheduler``); ``workers`` is then
+        ignored. The document is the same.
 
     Returns
     -------
@@ -663,8 +784,19 @@ def build_report(
         if reason is None:
             costs.append(key)
     tasks = [(source, info, settings, tuple(available), tuple(costs)) for info in selected]
+    from nmref._progress import stored_bytes
+
+    progress.plan(
+        [
+            (
+                info.name,
+                0 if _skip_reason(info, settings) else stored_bytes(info.shape, info.source_dtype),
+            )
+            for info in selected
+        ]
+    )
     progress.start(len(tasks))
-    entries = list(_entries_in_order(tasks, workers, lambda e: progress.advance(e["name"])))
+    entries = list(_entries_in_order(tasks, workers, lambda e: progress.advance(e["name"]), client))
     from nmsim import __version__
 
     return {

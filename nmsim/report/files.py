@@ -11,7 +11,6 @@ import csv
 import io
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from nmref.layouts import to_reduction_matrix
 from nmref.masks import magnitude_mask
 from nmref.patterns import parse_pattern
 
-__all__ = ["csv_rows", "planned_files", "write_outputs"]
+__all__ = ["csv_rows", "csv_text", "planned_files", "write_outputs"]
 
 JSON_NAME = "report.json"
 CSV_NAME = "report.csv"
@@ -58,6 +57,10 @@ def csv_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             "groups_fit": align.get("groups_fit", ""),
             "tiles_fit": align.get("tiles_fit", ""),
         }
+        if report["checkpoint"].get("compressed"):
+            stored = entry.get("stored_mask") or {}
+            row["stored_mask_valid"] = stored.get("valid", "")
+            row["stored_zeros"] = stored.get("stored_zeros", "")
         for key in methods:
             result = entry["methods"].get(key) or {}
             row[f"{key}_kept_fraction"] = result.get("kept_fraction", "")
@@ -79,6 +82,16 @@ def csv_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             row[column] = speedup.get(field, "")
         rows.append(row)
     return rows
+
+
+def csv_text(report: dict[str, Any]) -> str:
+    """:func:`csv_rows` as CSV text (full precision: Python's shortest round-trip floats)."""
+    rows = csv_rows(report)
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]) if rows else ["name"])
+    writer.writeheader()
+    writer.writerows(rows)
+    return text.getvalue()
 
 
 def planned_files(report: dict[str, Any], directory: Path) -> list[Path]:
@@ -117,75 +130,206 @@ def _pyplot() -> Any:
 
 
 def _png(figure: Any) -> bytes:
-    """The laid-out ``figure`` as PNG bytes; the figure is closed."""
-    figure.tight_layout()
+    """The laid-out ``figure`` as PNG bytes; the figure is closed.
+
+    ``bbox_inches="tight"`` grows the canvas to every label, so none is clipped.
+    """
     buffer = io.BytesIO()
     # Fixed metadata: the same report gives byte-identical PNGs.
-    figure.savefig(buffer, format="png", dpi=110, metadata={"Software": None})
+    figure.savefig(
+        buffer,
+        format="png",
+        dpi=110,
+        metadata={"Software": None},
+        bbox_inches="tight",
+        pad_inches=0.15,
+    )
     _pyplot().close(figure)
     return buffer.getvalue()
 
 
-def _method_bars(
-    report: dict[str, Any],
-    entries: list[dict[str, Any]],
-    value: Callable[[dict[str, Any], str], float],
-) -> tuple[Any, Any]:
-    """A figure with one group of bars per tensor of ``entries``, one bar per available
-    method (``value(entry, method)``), labelled by tensor name; the caller adds the rest."""
-    methods = [k for k in report["settings"]["methods"] if report["columns"][k]["available"]]
-    figure, axes = _pyplot().subplots(figsize=(max(6.0, 0.35 * len(entries) + 2), 4.2))
-    width = 0.8 / max(len(methods), 1)
-    positions = np.arange(len(entries))
-    for index, key in enumerate(methods):
-        values = [value(entry, key) for entry in entries]
-        axes.bar(positions + index * width, values, width, label=report["columns"][key]["title"])
-    axes.set_xticks(positions + width * (len(methods) - 1) / 2)
-    axes.set_xticklabels([e["name"] for e in entries], rotation=70, ha="right", fontsize=7)
-    return figure, axes
+#: Layers drawn per plot; a larger model's plot says how many it leaves out.
+MAX_PLOTTED_LAYERS = 80
+
+VERDICT_COLOURS = {"faster": "tab:green", "slower": "tab:red", "no gain": "tab:gray"}
+
+
+def _model_title(report: dict[str, Any]) -> str:
+    """The model's name for titles (never a site-packages path)."""
+    checkpoint = report["checkpoint"]
+    name = checkpoint.get("name") or Path(checkpoint["source"]).name
+    return _drawable(name) + (" [synthetic weights]" if checkpoint["synthetic"] else "")
+
+
+def _layers(report: dict[str, Any], need_time: bool = False) -> tuple[list[dict], str]:
+    """The analysed tensors to draw (at most :data:`MAX_PLOTTED_LAYERS`) and a title note."""
+    entries = [e for e in report["tensors"] if e["status"] == "ok" and (e["time"] or not need_time)]
+    note = ""
+    if len(entries) > MAX_PLOTTED_LAYERS:
+        note = f" (first {MAX_PLOTTED_LAYERS} of {len(entries)} layers)"
+        entries = entries[:MAX_PLOTTED_LAYERS]
+    return entries, note
+
+
+def _layer_axes(count: int, panels: int) -> tuple[Any, Any]:
+    """A figure of ``panels`` side-by-side axes sharing one row per layer (top to bottom)."""
+    height = max(2.6, 0.24 * count + 1.4)
+    figure, axes = _pyplot().subplots(
+        1,
+        panels,
+        figsize=(4.6 * panels + 1.6, height),
+        sharey=True,
+        squeeze=False,
+        layout="constrained",
+    )
+    return figure, axes[0]
+
+
+def _label_layers(axes: Any, names: list[str]) -> None:
+    axes.set_yticks(np.arange(len(names)))
+    axes.set_yticklabels([_drawable(n) for n in names], fontsize=7)
+    axes.set_ylim(len(names) - 0.5, -0.5)  # first layer on top
+    axes.grid(axis="x", linewidth=0.4, alpha=0.5)
+
+
+def _legend_above(axes: Any, **options: Any) -> None:
+    """A legend in one row above the axes, off the data (constrained layout makes room)."""
+    handles = options.pop("handles", None) or axes.get_legend_handles_labels()[0]
+    title = options.pop("title", None)
+    axes.legend(
+        handles=handles,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 1.0),
+        ncol=min(len(handles), 4),
+        fontsize=7,
+        title=title,
+        title_fontsize=7,
+        frameon=False,
+    )
+
+
+def _kept_value(entry: dict[str, Any], key: str) -> float:
+    result = entry["methods"].get(key) or {}
+    value = result.get("kept_fraction")
+    return np.nan if value is None else 100.0 * value
 
 
 def _kept_plot(report: dict[str, Any]) -> bytes:
-    def kept_fraction(entry: dict[str, Any], key: str) -> float:
-        return (entry["methods"].get(key) or {}).get("kept_fraction", np.nan)
-
-    entries = [e for e in report["tensors"] if e["status"] == "ok"]
-    figure, axes = _method_bars(report, entries, kept_fraction)
-    axes.set_ylabel("kept fraction of |w|")
-    # Headroom above 1 keeps the legend off the bars.
-    axes.set_ylim(0, 1.4)
-    axes.set_yticks(np.linspace(0, 1, 6))
-    axes.set_title(
-        f"{_drawable(report['checkpoint']['source'])}: kept |w| per layer at "
-        f"{report['settings']['pattern']}"
-    )
-    axes.legend(fontsize=8, loc="upper center", ncol=2)
+    """Kept |w| per layer: 1-D N:M on a zoomed axis, and every other method as its
+    difference from 1-D (percentage points), where the differences are visible."""
+    columns = report["columns"]
+    methods = [k for k in report["settings"]["methods"] if columns[k]["available"]]
+    entries, note = _layers(report)
+    pattern = report["settings"]["pattern"]
+    names = [e["name"] for e in entries]
+    positions = np.arange(len(entries))
+    base = "1d" if "1d" in methods else methods[0]
+    others = [k for k in methods if k != base]
+    figure, panels = _layer_axes(len(entries), 2 if others else 1)
+    left = panels[0]
+    values = np.array([_kept_value(e, base) for e in entries])
+    left.plot(values, positions, "o", color="black", markersize=4)
+    finite = values[np.isfinite(values)]
+    if finite.size:  # zoomed: the spread between layers, not 0..100%
+        low, high = float(finite.min()), float(finite.max())
+        margin = max(0.1 * (high - low), 0.05)
+        left.set_xlim(low - margin, high + margin)
+    left.set_xlabel(f"kept |w| with {columns[base]['title']} (%)")
+    _label_layers(left, names)
+    if others:
+        axes = panels[1]
+        height = 0.8 / len(others)
+        for index, key in enumerate(others):
+            difference = np.array([_kept_value(e, key) for e in entries]) - values
+            axes.barh(
+                positions - 0.4 + height * (index + 0.5),
+                difference,
+                height,
+                label=columns[key]["title"],
+            )
+        axes.axvline(0.0, color="black", linewidth=0.8)
+        axes.set_xlabel(f"difference from {columns[base]['title']} (percentage points)")
+        _legend_above(axes)
+        axes.grid(axis="x", linewidth=0.4, alpha=0.5)
+    missing = int(np.sum(~np.isfinite(values)))
+    if missing:
+        note += f"; no marker: {columns[base]['title']} does not fit ({missing} layer(s))"
+    figure.suptitle(f"{_model_title(report)}: kept |w| per layer at {pattern}{note}", fontsize=10)
     return _png(figure)
 
 
 def _speedup_plot(report: dict[str, Any]) -> bytes:
-    def speedup(entry: dict[str, Any], key: str) -> float:
-        method_time = entry["time"]["methods"].get(key) or entry["time"]["dense"]
-        return entry["time"]["dense"]["total"] / method_time["total"]
+    """Per-layer inference speedup of the forward GEMM with its prediction interval (the
+    GEMM model's), coloured by verdict, the model total, and training-step speedups."""
+    from matplotlib.lines import Line2D
 
-    entries = [e for e in report["tensors"] if e["status"] == "ok" and e["time"]]
-    figure, axes = _method_bars(report, entries, speedup)
-    axes.axhline(1.0, color="black", linewidth=0.8)
-    highest = max((bar.get_height() for bar in axes.patches), default=1.0)
-    axes.set_ylim(0, 1.6 * max(highest, 1.0))
-    axes.set_ylabel("estimated training-step GEMM speedup")
     settings = report["settings"]
-    axes.set_title(
-        f"{settings['gpu']}, {settings['dtype']}, {settings['batch_tokens']} tokens, "
-        f"{settings['pattern']}"
+    columns = report["columns"]
+    methods = [k for k in settings["methods"] if columns[k]["available"]]
+    entries, note = _layers(report, need_time=True)
+    total = report["totals"]["time"].get("forward_speedup")
+    rows = [(e["name"], e["time"].get("forward_speedup")) for e in entries]
+    rows.append(("model total (forward GEMMs)", total))
+    names = [name for name, _ in rows]
+    figure, (forward, training) = _layer_axes(len(rows), 2)
+    for position, (_, block) in enumerate(rows):
+        if block is None:
+            forward.plot(1.0, position, "|", color="silver", markersize=8)  # runs dense
+            continue
+        colour = VERDICT_COLOURS.get(block["verdict"], "tab:blue")
+        forward.errorbar(
+            block["speedup"],
+            position,
+            xerr=[[block["speedup"] - block["low"]], [block["high"] - block["speedup"]]],
+            fmt="D" if position == len(rows) - 1 else "o",
+            color=colour,
+            ecolor=colour,
+            capsize=2,
+            markersize=4,
+        )
+    forward.axvline(1.0, color="black", linewidth=0.8)
+    forward.margins(x=0.05)  # the 1.0 line and interval ends off the frame
+    coverage = next((b["coverage"] for _, b in rows if b and b.get("coverage")), None)
+    interval = f"{coverage:.0%} prediction interval" if coverage else "prediction interval"
+    forward.set_xlabel(f"inference speedup, forward GEMM at {settings['pattern']}\n({interval})")
+    handles = [
+        Line2D([], [], marker="o", linestyle="", color=colour, label=verdict)
+        for verdict, colour in VERDICT_COLOURS.items()
+    ]
+    _legend_above(forward, handles=handles, title="verdict")
+    _label_layers(forward, names)
+    for index, key in enumerate(methods):
+        speedups = []
+        for entry in entries:
+            method = entry["time"]["methods"].get(key) or entry["time"]["dense"]
+            speedups.append(entry["time"]["dense"]["total"] / method["total"])
+        block = report["totals"]["time"]["methods"].get(key)
+        speedups.append(block["speedup"] if block else np.nan)
+        training.plot(
+            speedups,
+            np.arange(len(rows)) + (index - (len(methods) - 1) / 2) * 0.15,
+            "os^v"[index % 4],
+            markersize=4,
+            label=columns[key]["title"],
+        )
+    training.axvline(1.0, color="black", linewidth=0.8)
+    training.margins(x=0.05)
+    training.set_xlabel("training-step GEMM speedup, fwd + dX + dW\n(point estimates)")
+    _legend_above(training)
+    training.grid(axis="x", linewidth=0.4, alpha=0.5)
+    figure.suptitle(
+        f"{_model_title(report)}: estimated speedup on {settings['gpu']}, {settings['dtype']}, "
+        f"{settings['batch_tokens']} tokens{note}",
+        fontsize=10,
     )
-    axes.legend(fontsize=8, loc="upper center", ncol=2)
     return _png(figure)
 
 
 def _heatmap(report: dict[str, Any], weights: dict[str, np.ndarray]) -> bytes:
+    from matplotlib.ticker import MaxNLocator
+
     pattern = parse_pattern(report["settings"]["pattern"])
-    figure, axes = _pyplot().subplots(figsize=(6.4, 5.0))
+    figure, axes = _pyplot().subplots(figsize=(6.4, 4.2))
     if not weights:
         axes.text(0.5, 0.5, "no tensor with a 1-D mask", ha="center", va="center")
         axes.set_axis_off()
@@ -200,18 +344,22 @@ def _heatmap(report: dict[str, Any], weights: dict[str, np.ndarray]) -> bytes:
         kept = to_reduction_matrix(mask, layout)[:rows, :cols]
         shown = np.where(kept, matrix, np.nan)
         image = axes.imshow(shown, cmap="viridis", interpolation="nearest")
-        figure.colorbar(image, ax=axes, label="|w| of kept entries (pruned: blank)")
+        figure.colorbar(image, ax=axes, label="|w| of kept entries (pruned: blank)", shrink=0.8)
         axes.set_title(
-            f"{_drawable(name)} [{layout}], 1-D {pattern} mask, top-left "
-            f"{kept.shape[0]}x{kept.shape[1]}",
+            # one fact per line: a long tensor name must not run into the colour bar
+            f"{_model_title(report)}\n{_drawable(name)} [{layout}]\n1-D {pattern} mask, "
+            f"top-left {kept.shape[0]}x{kept.shape[1]}",
             fontsize=9,
         )
         for edge in range(pattern.m, kept.shape[1], pattern.m):
             axes.axvline(edge - 0.5, color="black", linewidth=0.6)
         for edge in range(pattern.m, kept.shape[0], pattern.m):
             axes.axhline(edge - 0.5, color="gray", linewidth=0.4, linestyle=":")
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes.yaxis.set_major_locator(MaxNLocator(integer=True))
         axes.set_xlabel(f"reduction axis (solid lines: groups of M={pattern.m})")
         axes.set_ylabel("row (dotted: M x M tiles)")
+    figure.tight_layout()
     return _png(figure)
 
 
@@ -246,14 +394,9 @@ def write_outputs(
             "choose another folder or pass --force to replace them"
         )
     directory.mkdir(parents=True, exist_ok=True)
-    rows = csv_rows(report)
-    text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=list(rows[0]) if rows else ["name"])
-    writer.writeheader()
-    writer.writerows(rows)
     contents = {
         JSON_NAME: (json.dumps(report, indent=1, allow_nan=False) + "\n").encode(),
-        CSV_NAME: text.getvalue().encode(),
+        CSV_NAME: csv_text(report).encode(),
         KEPT_PLOT: _kept_plot(report),
         HEATMAP_PLOT: _heatmap(report, heatmap_weight),
     }

@@ -110,6 +110,15 @@ CALLS: dict[str, tuple[Callable, Build]] = {
         nmref.srste_train,
         lambda a, n, m: ((a, lambda w: 0.5 * w, n, m, 2), {"lr": 0.1}),
     ),
+    "search_channel_permutation": (
+        nmref.search_channel_permutation,
+        lambda a, n, m: ((a, n, m), {"method": "swaps", "max_rounds": 20, "rng": 0}),
+    ),
+    "permutation_objective": (nmref.permutation_objective, lambda a, n, m: ((a, n, m), {})),
+    "permutation_efficacy": (
+        nmref.permutation_efficacy,
+        lambda a, n, m: ((a, n, m, np.arange(np.shape(a)[-1]) if np.ndim(a) else []), {}),
+    ),
     "transposable_certificate": (
         nmref.transposable_certificate,
         lambda a, n, m: ((a, n, m), {"fill": "at_most" if m == 2 else "exact"}),
@@ -208,6 +217,7 @@ SCALAR_CALLS: dict[str, tuple[Callable, int, dict]] = {
     "count_transposable_patterns": (nmref.count_transposable_patterns, 2, {}),
     "default_layout": (nmref.default_layout, 1, {}),
     "transposable_patterns": (nmref.transposable_patterns, 2, {}),
+    "count_column_partitions": (nmref.count_column_partitions, 2, {}),
     "check_pattern": (nmref.check_pattern, 2, {}),
 }
 
