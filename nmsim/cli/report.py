@@ -175,6 +175,14 @@ def _method_cell(key: str, result: dict[str, Any] | None) -> str:
     return text
 
 
+def _at_most_cell(result: dict[str, Any] | None) -> str:
+    if result is None:
+        return "n/a"
+    if "not_applicable" in result:
+        return "does not fit"
+    return _percent(result["at_most_kept_fraction"])
+
+
 SHORT_TITLES = {"1d": "1-D", "transposable": "T-exact", "greedy": "T-greedy", "bimask": "Bi-Mask"}
 
 
@@ -209,6 +217,10 @@ def render_table(report: dict[str, Any], console: Any) -> None:
         if key == "bimask":
             label += " bwd"
         table.add_column(f"kept {label}", justify="right", footer=footer)
+        if key == "transposable":
+            # The at-most-N optimum (what sparse tensor cores accept) beside the exact one.
+            at_most = total.get("at_most_kept_fraction") if total else None
+            table.add_column("kept T-at-most", justify="right", footer=_percent(at_most))
     speedup_groups = _speedup_groups(report, methods) if time_on else {}
     for label, keys in speedup_groups.items():
         block = totals["time"]["methods"][keys[0]]
@@ -236,7 +248,8 @@ def render_table(report: dict[str, Any], console: Any) -> None:
             skipped.setdefault(entry["reason"], []).append(printable(entry["name"]))
             continue
         if entry["status"] == "error":
-            blanks = [""] * (len(methods) + len(speedup_groups) + 3 + int(time_on))
+            extra = int("transposable" in methods)  # the T-at-most column
+            blanks = [""] * (len(methods) + extra + len(speedup_groups) + 3 + int(time_on))
             table.add_row(
                 Text(printable(entry["name"])),
                 shape,
@@ -251,7 +264,12 @@ def render_table(report: dict[str, Any], console: Any) -> None:
             "yes" if any(align["kernel_shapes"][gemm].values()) else "no"
             for gemm in ("forward", "input_grad")
         )
-        cells = [_method_cell(key, entry["methods"].get(key)) for key in methods]
+        cells = []
+        for key in methods:
+            result = entry["methods"].get(key)
+            cells.append(_method_cell(key, result))
+            if key == "transposable":
+                cells.append(_at_most_cell(result))
         for keys in speedup_groups.values():
             applied = [k for k in keys if entry["time"]["methods"].get(k)]
             cells.append(_speedup(entry["time"], applied[0]) if applied else "-")
@@ -282,6 +300,11 @@ def render_table(report: dict[str, Any], console: Any) -> None:
         f"its transpose (dX) meet a PyTorch 2:4 kernel's shape rule for {settings['dtype']}; "
         "kept: share of sum |w| the mask keeps"
     )
+    if "transposable" in methods:
+        legend += (
+            " (T-at-most: the optimal transposable mask keeping at most N per tile row and "
+            "column, what sparse tensor cores accept; T-greedy's gap is against it)"
+        )
     if time_on:
         groups = "; ".join(
             f"speedup {label}: {', '.join(SHORT_TITLES.get(k, k) for k in keys)}"
