@@ -65,8 +65,8 @@ def _load_units(bits, r0, c0, m, fraction_bits, max_bits, units):  # pragma: no 
     ``bits``: float32 viewed as uint32 (``fraction_bits = 23``) or float64 viewed
     as uint64 (``52``). A finite float is ``significand * 2**scale``; the units
     are the significands shifted to the tile's lowest set bit (float64
-    significands lose their trailing zeros first, so floats that came from
-    float32 or from integers fit), and ``scores = units * 2**exponent``.
+    significands lose their trailing zeros first, as in
+    :mod:`~nmref.transposable._flow_kernels`), and ``scores = units * 2**exponent``.
     """
     exponent_mask = (1 << (8 if fraction_bits == 23 else 11)) - 1
     bias = exponent_mask // 2 + fraction_bits
@@ -89,7 +89,9 @@ def _load_units(bits, r0, c0, m, fraction_bits, max_bits, units):  # pragma: no 
             if whole == 0:
                 continue
             top = scale + fraction_bits
-            while (whole & np.uint64(1)) == 0:
+            # float64 only, as the exact kernel (same units and exponent, so its duals
+            # can be read here): floats that came from float32 or integers then fit.
+            while fraction_bits > 23 and (whole & np.uint64(1)) == 0:
                 whole >>= np.uint64(1)
                 scale += 1
             lowest = min(lowest, scale)
@@ -244,6 +246,72 @@ def _ssp_at_most(
 
 
 @numba.njit(cache=True, nogil=True)
+def _start_from_exact(
+    w, m, n, t, exact_mask, r0, c0, exact_u, exact_v, kept, row_count, column_count, u, v
+):  # pragma: no cover
+    """Take the exactly-``n`` optimum when it is also an at-most optimum; True if so.
+
+    A full mask (every line keeps ``n``) is at-most optimal iff it has duals
+    ``u, v >= 0`` with complementary slackness (spec T2; the zero conditions are
+    void on full lines). The exact kernel's duals ``(u, v)`` certify its mask, and
+    so does every shift ``(u + c, v - c)``: if ``min u + min v >= 0``, ``c = -min u``
+    gives the certificate in O(m^2). Otherwise the conditions are difference
+    constraints (``u_i - y_j <= w`` on kept, ``>= w`` on dropped entries, with
+    ``y = -v``; ``u >= 0 >= y`` against one extra node at 0), decided exactly by
+    Bellman-Ford from the shifted duals (O(m^3)): feasible gives the certificate,
+    a negative cycle proves that keeping fewer is strictly better.
+    """
+    lowest_u = exact_u[t, 0]
+    lowest_v = exact_v[t, 0]
+    for i in range(m):
+        lowest_u = min(lowest_u, exact_u[t, i])
+        lowest_v = min(lowest_v, exact_v[t, i])
+    for i in range(m):
+        u[i] = exact_u[t, i] - lowest_u
+        v[i] = exact_v[t, i] + lowest_u
+        row_count[i] = n
+        column_count[i] = n
+        for j in range(m):
+            kept[i * m + j] = np.int64(exact_mask[r0 + i, c0 + j])
+    if lowest_u + lowest_v >= 0:
+        return True
+    # Bellman-Ford on x = (u, y, z): rows u[i], columns y[j] = -v[j] (stored in v), z.
+    z = np.int64(0)
+    for i in range(m):
+        v[i] = -v[i]
+    for _ in range(2 * m + 2):
+        changed = False
+        for i in range(m):
+            for j in range(m):
+                k = i * m + j
+                if kept[k] != 0:  # u_i <= y_j + w
+                    bound = v[j] + w[k]
+                    if u[i] > bound:
+                        u[i] = bound
+                        changed = True
+                else:  # y_j <= u_i - w
+                    bound = u[i] - w[k]
+                    if v[j] > bound:
+                        v[j] = bound
+                        changed = True
+        for i in range(m):
+            if z > u[i]:  # z <= u_i
+                z = u[i]
+                changed = True
+            if v[i] > z:  # y_j <= z
+                v[i] = z
+                changed = True
+        if not changed:
+            for i in range(m):
+                u[i] -= z
+                v[i] = z - v[i]
+                if abs(u[i]) > POTENTIAL_LIMIT or abs(v[i]) > POTENTIAL_LIMIT:
+                    return False
+            return True
+    return False
+
+
+@numba.njit(cache=True, nogil=True)
 def _canonical_at_most(
     w, m, n, kept, row_count, column_count, u, v, tight, queue, parent_node, parent_entry
 ):  # pragma: no cover
@@ -342,6 +410,11 @@ def _at_most_range(
     tile_list,
     first,
     last,
+    exact_mask,
+    exact_status,
+    exact_exponents,
+    exact_u,
+    exact_v,
     mask,
     status,
     kept_units,
@@ -349,7 +422,13 @@ def _at_most_range(
     row_potentials,
     column_potentials,
 ):  # pragma: no cover
-    """Solve the tiles ``tile_list[first:last]`` (row-major tile numbers); scratch per call."""
+    """Solve the tiles ``tile_list[first:last]`` (row-major tile numbers); scratch per call.
+
+    ``exact_*``: the exactly-``n`` kernel's results for the same tiles (mask, status,
+    exponent, duals ``u`` and ``v`` in units), tried first (:func:`_start_from_exact`);
+    ``exact_status`` of length 0 means none (every tile runs :func:`_ssp_at_most`).
+    """
+    use_exact = len(exact_status) > 0
     tiles_across = bits.shape[1] // m
     nodes = 2 * m + 2
     units = np.zeros(2 * m * m, np.int64)
@@ -375,9 +454,21 @@ def _at_most_range(
         exponents[t] = exponent
         if code != SOLVED:
             continue
-        ok = _ssp_at_most(
-            units, m, n, kept, row_count, column_count, potential, distance, parent, settled, u, v
-        )
+        ok = (
+            use_exact
+            and n > 0
+            and exact_status[t] == SOLVED
+            and exact_exponents[t] == exponent
+            and _start_from_exact(
+                units, m, n, t, exact_mask, r0, c0, exact_u, exact_v, kept, row_count,
+                column_count, u, v,
+            )
+        )  # fmt: skip
+        if not ok:
+            ok = _ssp_at_most(
+                units, m, n, kept, row_count, column_count, potential, distance, parent,
+                settled, u, v,
+            )  # fmt: skip
         if not ok:
             status[t] = TOO_WIDE
             continue
@@ -404,6 +495,7 @@ def at_most_tiles(
     m,
     max_bits,
     tile_list,
+    exact,
     mask,
     status,
     kept_units,
@@ -415,10 +507,13 @@ def at_most_tiles(
 
     Per tile ``t`` (row-major): ``status[t]``; where ``SOLVED``, the kept sum
     ``kept_units[t] * 2**exponents[t]`` and the duals ``u``, ``v`` in the same units.
+    ``exact``: ``(mask, status, exponents, u, v)`` of the exactly-``n`` kernel, tried
+    first (:func:`_start_from_exact`; empty arrays: not used).
     """
     _at_most_range(
-        bits, fraction_bits, n, m, max_bits, tile_list, 0, len(tile_list), mask, status,
-        kept_units, exponents, row_potentials, column_potentials,
+        bits, fraction_bits, n, m, max_bits, tile_list, 0, len(tile_list), exact[0], exact[1],
+        exact[2], exact[3], exact[4], mask, status, kept_units, exponents, row_potentials,
+        column_potentials,
     )  # fmt: skip
 
 
@@ -431,6 +526,7 @@ def at_most_tiles_parallel(
     max_bits,
     tile_list,
     chunks,
+    exact,
     mask,
     status,
     kept_units,
@@ -443,6 +539,6 @@ def at_most_tiles_parallel(
     for c in numba.prange(chunks):
         _at_most_range(
             bits, fraction_bits, n, m, max_bits, tile_list, count * c // chunks,
-            count * (c + 1) // chunks, mask, status, kept_units, exponents, row_potentials,
-            column_potentials,
+            count * (c + 1) // chunks, exact[0], exact[1], exact[2], exact[3], exact[4], mask,
+            status, kept_units, exponents, row_potentials, column_potentials,
         )  # fmt: skip

@@ -149,6 +149,7 @@ def solve_at_most(
     method: str = "exact",
     parallel: bool = False,
     potentials: bool = False,
+    from_exact: bool = True,
 ) -> ExactResult:
     """Kernel driver for the at-most-``n`` fill (spec T1-T3, ``fill="at_most"``).
 
@@ -158,6 +159,8 @@ def solve_at_most(
     :func:`nmref.transposable.flow.solve_tile_at_most`, which returns the same
     canonical mask. ``"brute"``:
     :func:`~nmref.transposable.patterns.brute_tile_at_most` (``m <= 4``), in Python.
+    ``from_exact=False`` (for tests) skips the exactly-``n`` kernel that runs first and
+    solves every tile by the at-most successive shortest paths.
     """
     n, m = pattern
     rows, columns = array.shape
@@ -173,14 +176,38 @@ def solve_at_most(
         from nmref.transposable import _at_most_kernels as kernels
 
         bits, fraction_bits = prepared
-        arguments = (bits, fraction_bits, n, m, max_unit_bits(m), np.arange(tiles, dtype=np.int64))
+        tile_list = np.arange(tiles, dtype=np.int64)
+        if from_exact and n > 0:
+            # The exactly-n flow kernel first: where its optimum is also at-most optimal
+            # (most tiles of non-negative scores) the at-most kernel only certifies it.
+            exact = (
+                np.empty(array.shape, dtype=bool),
+                np.full(tiles, TOO_WIDE, dtype=np.int8),
+                np.zeros(tiles, dtype=np.int64),
+                np.zeros((tiles, m), dtype=np.int64),
+                np.zeros((tiles, m), dtype=np.int64),
+            )
+            _flow_tiles(
+                bits, fraction_bits, pattern, tile_list, parallel, exact[0], exact[1],
+                np.zeros(tiles, dtype=np.int64), exact[2], exact[3], exact[4],
+            )  # fmt: skip
+        else:
+            exact = (
+                np.zeros((0, 0), dtype=bool),
+                np.zeros(0, dtype=np.int8),
+                np.zeros(0, dtype=np.int64),
+                np.zeros((0, 0), dtype=np.int64),
+                np.zeros((0, 0), dtype=np.int64),
+            )
+        arguments = (bits, fraction_bits, n, m, max_unit_bits(m), tile_list)
         outputs = (mask, status, kept_units, exponents, row_units, column_units)
         if parallel:
             import numba
 
-            kernels.at_most_tiles_parallel(*arguments, 4 * numba.get_num_threads(), *outputs)
+            chunks = 4 * numba.get_num_threads()
+            kernels.at_most_tiles_parallel(*arguments, chunks, exact, *outputs)
         else:
-            kernels.at_most_tiles(*arguments, *outputs)
+            kernels.at_most_tiles(*arguments, exact, *outputs)
     else:
         check_finite_scores(array, "scores")
 
@@ -191,7 +218,7 @@ def solve_at_most(
 
     return _finish(
         array, pattern, mask, status, kept_units, exponents, row_units, column_units,
-        python_solver, potentials=potentials, sums=True,
+        python_solver, potentials=potentials, sums=True, retry_unrepresentable=True,
     )  # fmt: skip
 
 
@@ -208,9 +235,15 @@ def _finish(
     *,
     potentials: bool,
     sums: bool,
+    retry_unrepresentable: bool = False,
 ) -> ExactResult:
     """Kernel outputs to an :class:`ExactResult`; the tiles a kernel handed back are solved
-    by ``python_solver(units) -> (kept, u or None, v or None)`` on Python ints."""
+    by ``python_solver(units) -> (kept, u or None, v or None)`` on Python ints.
+
+    ``retry_unrepresentable``: tiles whose kernel potentials float64 cannot hold are
+    solved by ``python_solver`` too (the at-most fill: its kernel duals need not be the
+    readable solver's, whose may be representable; the mask is the same).
+    """
     m = pattern.m
     rows, columns = array.shape
     tile_rows, tile_columns = rows // m, columns // m
@@ -240,6 +273,10 @@ def _finish(
     else:
         kept_sum[truncated] = np.nan  # not computed; callers that need sums ask
     if potentials:
+        if retry_unrepresentable:
+            # Kernel duals that float64 cannot hold: the readable solver's may fit.
+            fits = _representable(row_units, exponents) & _representable(column_units, exponents)
+            solved &= fits
         row_potentials = _exact_float_array(row_units, exponents, solved)
         row_potentials = row_potentials.reshape(tile_rows, tile_columns, m)
         row_potentials = row_potentials.transpose(0, 2, 1).reshape(rows, tile_columns).copy()
@@ -393,10 +430,8 @@ def enumeration_is_fast(pattern: Pattern) -> bool:
     return len(pattern_table(pattern.n, pattern.m)[1]) <= ENUMERATION_MAX_PATTERNS
 
 
-def _exact_float_array(
-    units: NDArray[np.int64], exponents: NDArray[np.int64], solved: NDArray[np.bool_]
-) -> NDArray[np.float64]:
-    """``units * 2**exponents`` (per tile row) as float64, refusing to round."""
+def _representable(units: NDArray[np.int64], exponents: NDArray[np.int64]) -> NDArray[np.bool_]:
+    """Per tile: whether every ``units * 2**exponent`` of its row is exact in float64."""
     values = np.ldexp(units.astype(np.float64), exponents.astype(np.int32)[:, None])
     back = np.ldexp(values, -exponents.astype(np.int32)[:, None])
     # A unit count >= 2**53 is still exact when its low bits are zero (4.0 next to 1.1 in
@@ -404,7 +439,15 @@ def _exact_float_array(
     as_float = units.astype(np.float64)
     with np.errstate(invalid="ignore"):
         exact = (as_float.astype(np.int64) == units) & (back == as_float)
-    if not exact[solved].all():
+    return exact.all(axis=1)
+
+
+def _exact_float_array(
+    units: NDArray[np.int64], exponents: NDArray[np.int64], solved: NDArray[np.bool_]
+) -> NDArray[np.float64]:
+    """``units * 2**exponents`` (per tile row) as float64, refusing to round."""
+    values = np.ldexp(units.astype(np.float64), exponents.astype(np.int32)[:, None])
+    if not _representable(units, exponents)[solved].all():
         raise ValueError(
             "a certificate potential is not representable in float64; the tile's "
             "dynamic range is too wide for a float64 certificate"
