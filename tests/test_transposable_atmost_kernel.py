@@ -184,13 +184,27 @@ def test_edge_fills_zero_and_full():
     assert verify_certificate(scores, *u_v, 0, 4, fill="at_most")
 
 
-def test_parallel_equals_serial():
+def test_parallel_equals_serial_for_every_thread_count():
+    """Deterministic output regardless of threads (issue 16 item 2), both fills: the
+    parallel kernels split the tiles into 4 x threads chunks, so 1 and 2 threads chunk
+    differently, and every split must give the serial masks."""
+    import numba
+
     rng = np.random.default_rng(3)
-    scores = rng.integers(-1, 3, (64, 64)).astype(np.float32)
-    for n, m in ((2, 4), (4, 8), (3, 16)):
-        serial = transposable_mask(scores, n, m, fill="at_most")
-        parallel = transposable_mask(scores, n, m, fill="at_most", parallel=True)
-        np.testing.assert_array_equal(serial, parallel)
+    tie_heavy = rng.integers(-1, 3, (64, 64)).astype(np.float32)
+    noise = np.abs(rng.standard_normal((64, 128))).astype(np.float32)
+    threads = numba.get_num_threads()
+    try:
+        for n, m in ((2, 4), (4, 8), (3, 16), (16, 32)):
+            for scores in (tie_heavy, noise):
+                for fill in ("exact", "at_most"):
+                    serial = transposable_mask(scores, n, m, fill=fill)
+                    for count in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}):
+                        numba.set_num_threads(count)
+                        parallel = transposable_mask(scores, n, m, fill=fill, parallel=True)
+                        np.testing.assert_array_equal(serial, parallel)
+    finally:
+        numba.set_num_threads(threads)
 
 
 def test_tiles_too_wide_for_int64_fall_back_to_the_readable_solver():
