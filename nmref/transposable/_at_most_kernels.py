@@ -11,6 +11,11 @@ depend on the thread count; tested).
 
 Per tile (units: exact int64 after one power-of-two scaling, spec T5):
 
+0. **The exactly-n optimum first** (:func:`_start_from_exact`): the driver runs the
+   exact flow kernel beforehand; its full mask is at-most optimal iff some duals
+   ``u, v >= 0`` satisfy complementary slackness, decided by a shift of its duals
+   (O(m^2)) or else exactly by Bellman-Ford (O(m^3)). Only tiles where keeping
+   fewer is strictly better (a few percent on non-negative noise) go to step 1.
 1. **Successive shortest paths with the bypass** (spec T2): dense Dijkstra on
    reduced costs over the ``2m + 2`` nodes, stopping when the next shortest
    source-sink path through the rows costs ``>= 0``. O(m^2) per augmentation,
