@@ -43,7 +43,8 @@ Per tile (units: exact int64 after one power-of-two scaling, spec T5):
    trail through ``(i, j)`` ends where ``Y`` gains (so ``X`` had room) or loses
    (so ``Y`` has room and, by complementary slackness with the same optimal
    duals, the dual is 0): such a path. Breadth-first search, O(m^2) per tied
-   entry, O(m^4) per tile in the worst case.
+   entry, O(m^4) per tile in the worst case; but first a peel (:func:`_acyclic`)
+   shows on generic data that the whole graph has no cycle, and then nothing switches.
 
 Tile status codes (``_kernel_contract``): ``SOLVED``; ``TOO_WIDE`` (dynamic range
 too wide for int64 units, or a potential beyond ``POTENTIAL_LIMIT``: the driver
@@ -317,6 +318,58 @@ def _start_from_exact(
 
 
 @numba.njit(cache=True, nogil=True)
+def _acyclic(m, n, kept, row_count, column_count, u, v, tight, arcs):  # pragma: no cover
+    """Whether the search graph of :func:`_canonical_at_most` (all tight entries, and Z)
+    has no cycle; then no entry can be switched on and ``kept`` is already canonical.
+
+    Every switch closes a cycle (the path from column ``j`` to row ``i`` plus the
+    dropped tight entry ``(i, j)``), so an acyclic graph admits none. Peels nodes
+    without arcs to remaining nodes, on bit sets of ``m <= 64`` bits (int64 bit
+    patterns): ``arcs[i]`` the columns row ``i`` reaches, ``arcs[m + j]`` the rows
+    column ``j`` reaches. O(m^2) per peeling round; usual on generic data.
+    """
+    for x in range(2 * m):
+        arcs[x] = 0
+    z_rows = np.int64(0)  # Z -> rows with room
+    z_columns = np.int64(0)  # Z -> columns with v = 0
+    for i in range(m):
+        bit = np.int64(1) << np.int64(i)
+        if row_count[i] < n:
+            z_rows |= bit
+        if v[i] == 0:
+            z_columns |= bit
+        for j in range(m):
+            k = i * m + j
+            if tight[k]:
+                if kept[k] != 0:
+                    arcs[m + j] |= bit
+                else:
+                    arcs[i] |= np.int64(1) << np.int64(j)
+    everything = np.int64(-1) if m == 64 else (np.int64(1) << np.int64(m)) - 1
+    alive_rows = everything
+    alive_columns = everything
+    alive_z = True
+    while True:
+        removed_rows = np.int64(0)
+        removed_columns = np.int64(0)
+        for x in range(m):
+            bit = np.int64(1) << np.int64(x)
+            if arcs[x] & alive_columns == 0 and not (u[x] == 0 and alive_z):
+                removed_rows |= bit
+            if arcs[m + x] & alive_rows == 0 and not (column_count[x] < n and alive_z):
+                removed_columns |= bit
+        removed_rows &= alive_rows
+        removed_columns &= alive_columns
+        remove_z = alive_z and z_rows & alive_rows == 0 and z_columns & alive_columns == 0
+        if removed_rows == 0 and removed_columns == 0 and not remove_z:
+            break
+        alive_rows &= ~removed_rows
+        alive_columns &= ~removed_columns
+        alive_z = alive_z and not remove_z
+    return alive_rows == 0 and alive_columns == 0 and not alive_z
+
+
+@numba.njit(cache=True, nogil=True)
 def _canonical_at_most(
     w, m, n, kept, row_count, column_count, u, v, tight, queue, parent_node, parent_entry
 ):  # pragma: no cover
@@ -333,6 +386,8 @@ def _canonical_at_most(
             if tight[k] and kept[k] == 0:
                 free_dropped += 1
     if free_dropped == 0:
+        return
+    if m <= 64 and _acyclic(m, n, kept, row_count, column_count, u, v, tight, queue):
         return
     for k in range(m * m):
         if kept[k] != 0 or not tight[k]:
