@@ -5,12 +5,14 @@ Run from the repository root::
     PYTHONPATH=. python benchmarks/bench_transposable.py            # 1024x1024
     PYTHONPATH=. python benchmarks/bench_transposable.py --sizes 1024 4096
 
-For each size and pattern (2:4, 4:8, 8:16) on a float32 N(0,1) matrix scored by
-|w| it times, in the same run:
+For each size and pattern (2:4, 4:8, 8:16, 16:32, 32:64) on a float32 N(0,1)
+matrix scored by |w| it times, in the same run:
 
-* nmref ``exact`` (one thread and Numba's threads), ``greedy``,
-  ``greedy-prune`` and ``brute`` (2:4);
-* peers: OR-Tools ``SimpleMinCostFlow`` with every tile in one graph, SciPy
+* nmref ``exact`` (one thread and ``--threads`` threads: the thread ratio is
+  printed), ``exact`` with ``fill="at_most"``, ``greedy``, ``greedy-prune`` and
+  ``brute`` (2:4);
+* peers: OR-Tools ``SimpleMinCostFlow`` with every tile in one graph (and, for
+  the at-most fill, the same graph with one slack node per tile), SciPy
   ``linprog(method="highs")`` batched (block-diagonal LPs of 1024 tiles),
   networkx ``min_cost_flow`` per tile (as the authors' code does), and for 2:4
   a NumPy 90-pattern matmul + argmax (apex/Hu et al. style).
@@ -20,7 +22,10 @@ and are extrapolated linearly (marked ``~``). Every peer's objective is
 checked against nmref's on the tiles it solved. Times are medians of
 ``--repeats`` runs; Numba compile time is reported separately (first call
 minus median). Ratios are peer time / nmref exact time (one thread): above 1
-means nmref is faster.
+means nmref is faster. Per core: run under ``taskset -c 0`` (the nmref serial
+rows then use one core; the ``threads`` row needs two: ``taskset -c 0,1``), and
+a line per case gives nmref exact's entries/s and tiles/s on one thread and the
+``threads``/one-thread speed ratio, beside OR-Tools' on the same tiles.
 """
 
 from __future__ import annotations
@@ -98,6 +103,38 @@ def ortools_peer(tiles: np.ndarray, n: int) -> np.ndarray:
     return np.where(flows, tiles.astype(np.float64), 0).sum(axis=(1, 2))
 
 
+def ortools_at_most_peer(tiles: np.ndarray, n: int) -> np.ndarray:
+    """OR-Tools on the at-most fill: per tile one slack node takes a row's unused units
+    (row -> slack, capacity n) and hands them to columns (slack -> column, capacity n)."""
+    from ortools.graph.python import min_cost_flow
+
+    count, m, _ = tiles.shape
+    costs = integer_costs(tiles)
+    solver = min_cost_flow.SimpleMinCostFlow()
+    nodes = 2 * m + 1  # rows, columns, the slack node
+    tile_index = np.repeat(np.arange(count), m * m)
+    row = np.tile(np.repeat(np.arange(m), m), count)
+    column = np.tile(np.tile(np.arange(m), m), count)
+    arcs = solver.add_arcs_with_capacity_and_unit_cost(
+        tile_index * nodes + row,
+        tile_index * nodes + m + column,
+        np.ones(tile_index.size, dtype=np.int64),
+        -costs.ravel(),
+    )
+    slack = np.repeat(np.arange(count) * nodes + 2 * m, m)
+    line = np.tile(np.arange(m), count) + np.repeat(np.arange(count) * nodes, m)
+    zeros = np.zeros(slack.size, dtype=np.int64)
+    capacity = np.full(slack.size, n, dtype=np.int64)
+    solver.add_arcs_with_capacity_and_unit_cost(line, slack, capacity, zeros)
+    solver.add_arcs_with_capacity_and_unit_cost(slack, line + m, capacity, zeros)
+    supplies = np.tile(np.concatenate([np.full(m, n), np.full(m, -n), [0]]), count)
+    solver.set_nodes_supplies(np.arange(nodes * count), supplies)
+    status = solver.solve()
+    assert status == solver.OPTIMAL, status
+    flows = solver.flows(arcs).reshape(count, m, m).astype(bool)
+    return np.where(flows, tiles.astype(np.float64), 0).sum(axis=(1, 2))
+
+
 def highs_peer(tiles: np.ndarray, n: int, batch: int = 1024) -> np.ndarray:
     from scipy.optimize import linprog
     from scipy.sparse import block_diag, csr_matrix, vstack
@@ -154,6 +191,7 @@ def numpy_patterns_peer(tiles: np.ndarray, n: int) -> np.ndarray:
 
 PEERS: dict[str, Callable[[np.ndarray, int], np.ndarray]] = {
     "OR-Tools SimpleMinCostFlow (one graph)": ortools_peer,
+    "OR-Tools SimpleMinCostFlow, fill='at_most' (one graph)": ortools_at_most_peer,
     "SciPy HiGHS (batched LP)": highs_peer,
     "networkx min_cost_flow (per tile)": networkx_peer,
     "NumPy 90-pattern matmul+argmax": numpy_patterns_peer,
@@ -181,10 +219,29 @@ def run_peer(name, peer, tiles, n, budget, repeats, reference):
     return seconds, count < total, count, error
 
 
+def time_at_most(
+    scores: np.ndarray, n: int, m: int, budget: float, repeats: int
+) -> tuple[float, int]:
+    """Seconds for ``fill="at_most"`` on all of ``scores``, timed on the first tile rows
+    that fit ``budget`` and extrapolated (its kernel has no speed target yet)."""
+    transposable_mask(scores[:m, : 4 * m], n, m, fill="at_most")  # compile outside the clock
+    rows = m
+    while True:
+        start = time.perf_counter()
+        transposable_mask(scores[:rows], n, m, fill="at_most")
+        elapsed = time.perf_counter() - start
+        if rows >= scores.shape[0] or elapsed * 4 > budget / 4:
+            break
+        rows = min(scores.shape[0], rows * 4)
+    if rows == scores.shape[0] and elapsed * repeats < budget:
+        _, elapsed = median_time(lambda: transposable_mask(scores, n, m, fill="at_most"), repeats)
+    return elapsed * scores.shape[0] / rows, rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024])
-    parser.add_argument("--patterns", nargs="+", default=["2:4", "4:8", "8:16"])
+    parser.add_argument("--patterns", nargs="+", default=["2:4", "4:8", "8:16", "16:32", "32:64"])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--peer-budget", type=float, default=20.0, help="seconds per slow peer")
     parser.add_argument("--threads", type=int, default=2)
@@ -222,6 +279,11 @@ def bench_case(scores: np.ndarray, n: int, m: int, args: argparse.Namespace) -> 
     numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
     rows.append(("nmref exact (1 thread)", exact, False, 0.0))
     rows.append((f"nmref exact ({args.threads} threads, parallel=True)", parallel, False, 0.0))
+    at_most, at_most_rows = time_at_most(scores, n, m, args.peer_budget, args.repeats)
+    extrapolated = at_most_rows < scores.shape[0]
+    label = "nmref exact fill='at_most' (1 thread)"
+    label += f" [{at_most_rows} rows]" if extrapolated else ""
+    rows.append((label, at_most, extrapolated, 0.0))
     # Brute force is the literal oracle: on float64 it runs on Python ints (slow).
     brute = ("brute",) if m <= 4 and scores.dtype != np.float64 else ()
     for method in ("greedy", "greedy-prune", *brute):
@@ -230,13 +292,29 @@ def bench_case(scores: np.ndarray, n: int, m: int, args: argparse.Namespace) -> 
         )
         rows.append((f"nmref {method}", seconds, False, 0.0))
     reference = kept_per_tile(scores, transposable_mask(scores, n, m), m)
+    # The at-most reference on the tile rows the OR-Tools at-most peer may reach.
+    at_most_reference = kept_per_tile(
+        scores[:at_most_rows], transposable_mask(scores[:at_most_rows], n, m, fill="at_most"), m
+    )
+    ortools_seconds = None
     for name, peer in PEERS.items():
         skipped = name in args.skip_peers or "all" in args.skip_peers
         if skipped or ("90-pattern" in name and (n, m) != (2, 4)):
             continue
-        seconds, extrapolated, count, error = run_peer(
-            name, peer, tiles, n, args.peer_budget, args.repeats, reference
-        )
+        if peer is ortools_at_most_peer:
+            # Only the tiles with an at-most reference (the prefix timed above).
+            prefix = tiles[: len(at_most_reference)]
+            seconds, extrapolated, count, error = run_peer(
+                name, peer, prefix, n, args.peer_budget, args.repeats, at_most_reference
+            )
+            seconds *= total / len(prefix)
+            extrapolated = extrapolated or len(prefix) < total
+        else:
+            seconds, extrapolated, count, error = run_peer(
+                name, peer, tiles, n, args.peer_budget, args.repeats, reference
+            )
+        if peer is ortools_peer:
+            ortools_seconds = (seconds, extrapolated)
         label = name + (f" [{count} tiles]" if extrapolated else "")
         rows.append((label, seconds, extrapolated, error))
     size = f"{scores.shape[0]}x{scores.shape[1]}"
@@ -256,6 +334,20 @@ def bench_case(scores: np.ndarray, n: int, m: int, args: argparse.Namespace) -> 
             f"{name:58s} {mark}{seconds:9.4f} {total / seconds:12.0f} "
             f"{seconds / exact:11.2f} {error:16.1e}"
         )
+    entries = scores.size
+    summary = (
+        f"SUMMARY {n}:{m} {size}: nmref exact 1 thread {entries / exact / 1e6:.2f}M entries/s, "
+        f"{total / exact / 1e6:.3f}M tiles/s; {args.threads} threads / 1 thread "
+        f"{exact / parallel:.2f}x"
+    )
+    if ortools_seconds is not None:
+        seconds, extrapolated = ortools_seconds
+        mark = "~" if extrapolated else ""
+        summary += (
+            f"; OR-Tools {mark}{entries / seconds / 1e6:.2f}M entries/s, "
+            f"OR-Tools/nmref {mark}{seconds / exact:.1f}x"
+        )
+    print(summary)
 
 
 if __name__ == "__main__":

@@ -349,3 +349,53 @@ def test_accepts_exactly_the_torch_mask_dtypes():
         assert int(mask.sum()) == 8
     with pytest.raises(TypeError, match="scores must be bool, integer or float"):
         tt.transposable_mask(torch.ones(4, 4, dtype=torch.complex64), 2, 4)
+
+
+# ---- fill="at_most" (issue 16 item 3) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["exact", "brute"])
+def test_at_most_fill_equals_nmref_bit_for_bit(method):
+    reference = pytest.importorskip("nmref.transposable")
+    rng = np.random.default_rng(16)
+    patterns = [(2, 4), (1, 4), (3, 4), (0, 4), (4, 4)]
+    if method == "exact":
+        patterns += [(4, 8), (3, 8), (5, 6)]
+    for n, m in patterns:
+        for scores in (
+            rng.integers(-2, 3, (2 * m, 2 * m)).astype(np.float32),  # tie-heavy, signed
+            rng.standard_normal((m, 2 * m)).astype(np.float32),
+            rng.integers(0, 2, (2 * m, m)).astype(np.int64),
+        ):
+            expected = reference.transposable_mask(scores, n, m, method=method, fill="at_most")
+            got = tt.transposable_mask(
+                torch.from_numpy(scores), n, m, method=method, fill="at_most"
+            )
+            assert got.dtype == torch.bool and got.device.type == "cpu"
+            np.testing.assert_array_equal(got.numpy(), expected)
+            assert tt.is_transposable(got, n, m, exact=False)
+
+
+def test_at_most_fill_on_every_mask_dtype_and_the_issue_tile():
+    reference = pytest.importorskip("nmref.transposable")
+    from nmsim.torch.masks import SUPPORTED_DTYPES
+
+    tile = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 0], [1, 1, 1, 0], [0, 0, 0, 0]])
+    expected = reference.transposable_mask(tile.numpy(), 2, 4, fill="at_most")
+    for dtype in SUPPORTED_DTYPES:
+        got = tt.transposable_mask(tile.to(dtype), 2, 4, fill="at_most")
+        np.testing.assert_array_equal(got.numpy(), expected)
+    # bfloat16 values that float16 cannot hold reach the host exactly (as float32).
+    wide = torch.tensor([[3e38, 1e-30, 2.0, 1.0]] * 4, dtype=torch.bfloat16)
+    got = tt.transposable_mask(wide, 2, 4, fill="at_most")
+    expected = reference.transposable_mask(wide.to(torch.float32).numpy(), 2, 4, fill="at_most")
+    np.testing.assert_array_equal(got.numpy(), expected)
+
+
+def test_at_most_fill_errors():
+    with pytest.raises(ValueError, match="fill="):
+        tt.transposable_mask(torch.zeros(4, 4), 2, 4, fill="at-most")
+    with pytest.raises(ValueError, match="fill='at_most' applies to method='exact' or 'brute'"):
+        tt.transposable_mask(torch.zeros(4, 4), 2, 4, method="greedy", fill="at_most")
+    with pytest.raises(ValueError, match="NaN"):
+        tt.transposable_mask(torch.full((4, 4), float("nan")), 2, 4, fill="at_most")

@@ -30,6 +30,7 @@ __all__ = [
     "default_vectors_dir",
     "load_vectors",
     "nmref_implementation",
+    "transposable_function",
 ]
 
 SCHEMA_VERSION = 1
@@ -84,8 +85,8 @@ def nmref_implementation(vector: GoldenVector) -> Callable[[NDArray, int, int], 
     if vector.function.startswith("transposable_mask["):
         from nmref.transposable import transposable_mask
 
-        method = vector.function[len("transposable_mask[") : -1]
-        return lambda scores, n, m: transposable_mask(scores, n, m, method=method)
+        method, fill = transposable_function(vector.function)
+        return lambda scores, n, m: transposable_mask(scores, n, m, method=method, fill=fill)
     if vector.function == "bimask.backward_mask":
         from nmref import bimask
 
@@ -96,6 +97,18 @@ def nmref_implementation(vector: GoldenVector) -> Callable[[NDArray, int, int], 
 
         return backward
     return lambda weights, n, m: nmref.magnitude_mask(weights, n, m, layout=vector.layout)
+
+
+def transposable_function(function: str) -> tuple[str, str]:
+    """``(method, fill)`` of a ``transposable_mask[METHOD]`` or ``[METHOD,FILL]`` vector.
+
+    Examples
+    --------
+    >>> transposable_function("transposable_mask[exact,at_most]")
+    ('exact', 'at_most')
+    """
+    method, _, fill = function[len("transposable_mask[") : -1].partition(",")
+    return method, fill or "exact"
 
 
 def file_digest(path: Path) -> str:

@@ -130,6 +130,124 @@ def solve_exact(
                     bits, fraction_bits, pattern, wide.astype(np.int64), parallel,
                     mask, status, kept_units, exponents, row_units, column_units,
                 )  # fmt: skip
+
+    def python_solver(units):
+        if method == "brute":
+            return brute_tile(units, pattern)[0], None, None
+        return flow.solve_tile(units, n)
+
+    return _finish(
+        array, pattern, mask, status, kept_units, exponents, row_units, column_units,
+        python_solver, potentials=potentials, sums=sums,
+    )  # fmt: skip
+
+
+def solve_at_most(
+    array: NDArray,
+    pattern: Pattern,
+    *,
+    method: str = "exact",
+    parallel: bool = False,
+    potentials: bool = False,
+    from_exact: bool = True,
+) -> ExactResult:
+    """Kernel driver for the at-most-``n`` fill (spec T1-T3, ``fill="at_most"``).
+
+    ``method="exact"``: the Numba kernel
+    :mod:`~nmref.transposable._at_most_kernels` (O(n m^3) per tile plus the tie
+    pass); tiles it hands back (too wide for int64 units) go to the readable
+    :func:`nmref.transposable.flow.solve_tile_at_most`, which returns the same
+    canonical mask. ``"brute"``:
+    :func:`~nmref.transposable.patterns.brute_tile_at_most` (``m <= 4``), in Python.
+    ``from_exact=False`` (for tests) skips the exactly-``n`` kernel that runs first and
+    solves every tile by the at-most successive shortest paths.
+    """
+    n, m = pattern
+    rows, columns = array.shape
+    tiles = (rows // m) * (columns // m)
+    mask = np.zeros(array.shape, dtype=bool)
+    status = np.full(tiles, TOO_WIDE, dtype=np.int8)
+    kept_units = np.zeros(tiles, dtype=np.int64)
+    exponents = np.zeros(tiles, dtype=np.int64)
+    row_units = np.zeros((tiles, m), dtype=np.int64)
+    column_units = np.zeros((tiles, m), dtype=np.int64)
+    prepared = kernel_bits(array) if tiles and method == "exact" else None
+    if prepared is not None:
+        from nmref.transposable import _at_most_kernels as kernels
+
+        bits, fraction_bits = prepared
+        tile_list = np.arange(tiles, dtype=np.int64)
+        if from_exact and n > 0:
+            # The exactly-n flow kernel first: where its optimum is also at-most optimal
+            # (most tiles of non-negative scores) the at-most kernel only certifies it.
+            exact = (
+                np.empty(array.shape, dtype=bool),
+                np.full(tiles, TOO_WIDE, dtype=np.int8),
+                np.zeros(tiles, dtype=np.int64),
+                np.zeros((tiles, m), dtype=np.int64),
+                np.zeros((tiles, m), dtype=np.int64),
+            )
+            _flow_tiles(
+                bits, fraction_bits, pattern, tile_list, parallel, exact[0], exact[1],
+                np.zeros(tiles, dtype=np.int64), exact[2], exact[3], exact[4],
+            )  # fmt: skip
+        else:
+            exact = (
+                np.zeros((0, 0), dtype=bool),
+                np.zeros(0, dtype=np.int8),
+                np.zeros(0, dtype=np.int64),
+                np.zeros((0, 0), dtype=np.int64),
+                np.zeros((0, 0), dtype=np.int64),
+            )
+        arguments = (bits, fraction_bits, n, m, max_unit_bits(m), tile_list)
+        outputs = (mask, status, kept_units, exponents, row_units, column_units)
+        if parallel:
+            import numba
+
+            chunks = 4 * numba.get_num_threads()
+            kernels.at_most_tiles_parallel(*arguments, chunks, exact, *outputs)
+        else:
+            kernels.at_most_tiles(*arguments, exact, *outputs)
+    else:
+        check_finite_scores(array, "scores")
+
+    def python_solver(units):
+        if method == "brute" and not potentials:
+            return brute_tile_at_most(units, n, m)[0], None, None
+        return flow.solve_tile_at_most(units, n)
+
+    return _finish(
+        array, pattern, mask, status, kept_units, exponents, row_units, column_units,
+        python_solver, potentials=potentials, sums=True, retry_unrepresentable=True,
+    )  # fmt: skip
+
+
+def _finish(
+    array: NDArray,
+    pattern: Pattern,
+    mask: NDArray[np.bool_],
+    status: NDArray[np.int8],
+    kept_units: NDArray[np.int64],
+    exponents: NDArray[np.int64],
+    row_units: NDArray[np.int64],
+    column_units: NDArray[np.int64],
+    python_solver,
+    *,
+    potentials: bool,
+    sums: bool,
+    retry_unrepresentable: bool = False,
+) -> ExactResult:
+    """Kernel outputs to an :class:`ExactResult`; the tiles a kernel handed back are solved
+    by ``python_solver(units) -> (kept, u or None, v or None)`` on Python ints.
+
+    ``retry_unrepresentable``: tiles whose kernel potentials float64 cannot hold are
+    solved by ``python_solver`` too (the at-most fill: its kernel duals need not be the
+    readable solver's, whose may be representable; the mask is the same).
+    """
+    m = pattern.m
+    rows, columns = array.shape
+    tile_rows, tile_columns = rows // m, columns // m
+    tiles = tile_rows * tile_columns
     if (status == NOT_FINITE).any():
         # The kernels see every value, so the caller may skip its own pass over
         # the scores; this names the first bad index.
@@ -155,6 +273,10 @@ def solve_exact(
     else:
         kept_sum[truncated] = np.nan  # not computed; callers that need sums ask
     if potentials:
+        if retry_unrepresentable:
+            # Kernel duals that float64 cannot hold: the readable solver's may fit.
+            fits = _representable(row_units, exponents) & _representable(column_units, exponents)
+            solved &= fits
         row_potentials = _exact_float_array(row_units, exponents, solved)
         row_potentials = row_potentials.reshape(tile_rows, tile_columns, m)
         row_potentials = row_potentials.transpose(0, 2, 1).reshape(rows, tile_columns).copy()
@@ -168,23 +290,21 @@ def solve_exact(
             "below 2**-50 of a tile's largest score, or integers above 2**53); they are solved "
             "exactly in Python, about 1000x slower.",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     for t in slow:
         tile_row, tile_column = divmod(int(t), tile_columns)
         r0, c0 = tile_row * m, tile_column * m
         # Dynamic range too wide for int64: the same algorithm on Python ints.
         units, exponent = exact_integer_tile(array[r0 : r0 + m, c0 : c0 + m])
-        if method == "brute":
-            kept, total = brute_tile(units, pattern)
-        else:
-            kept, u, v = flow.solve_tile(units, n)
-            total = kept_total(units, kept)
-            if potentials:
-                assert row_potentials is not None and column_potentials is not None
-                row_potentials[r0 : r0 + m, tile_column] = _exact_floats(u, exponent)
-                column_potentials[tile_row, c0 : c0 + m] = _exact_floats(v, exponent)
+        kept, u, v = python_solver(units)
+        if potentials:
+            assert row_potentials is not None and column_potentials is not None
+            assert u is not None and v is not None
+            row_potentials[r0 : r0 + m, tile_column] = _exact_floats(u, exponent)
+            column_potentials[tile_row, c0 : c0 + m] = _exact_floats(v, exponent)
         mask[r0 : r0 + m, c0 : c0 + m] = kept
+        total = kept_total(units, kept)
         kept_exact[int(t)] = (total, exponent)
         kept_sum[t] = float(dyadic(total, exponent))
     return ExactResult(
@@ -192,53 +312,6 @@ def solve_exact(
         kept_sum.reshape(tile_rows, tile_columns),
         kept_units,
         exponents,
-        kept_exact,
-        row_potentials,
-        column_potentials,
-    )
-
-
-def solve_at_most(
-    array: NDArray, pattern: Pattern, *, method: str = "exact", potentials: bool = False
-) -> ExactResult:
-    """The at-most-``n`` fill, tile by tile with the readable Python-int solvers.
-
-    ``method="exact"``: :func:`nmref.transposable.flow.solve_tile_at_most`;
-    ``"brute"``: :func:`~nmref.transposable.patterns.brute_tile_at_most`
-    (``m <= 4``). Same canonical mask. No kernel yet (a follow-up): correct
-    first, O(n m^5) Python operations per tile in the worst case.
-    """
-    n, m = pattern
-    rows, columns = array.shape
-    tile_rows, tile_columns = rows // m, columns // m
-    tiles = tile_rows * tile_columns
-    check_finite_scores(array, "scores")
-    mask = np.zeros(array.shape, dtype=bool)
-    kept_sum = np.zeros(tiles, dtype=np.float64)
-    kept_exact: dict[int, tuple[int, int]] = {}
-    row_potentials = np.zeros((rows, tile_columns), dtype=np.float64) if potentials else None
-    column_potentials = np.zeros((tile_rows, columns), dtype=np.float64) if potentials else None
-    for t in range(tiles):
-        tile_row, tile_column = divmod(t, tile_columns)
-        r0, c0 = tile_row * m, tile_column * m
-        units, exponent = exact_integer_tile(array[r0 : r0 + m, c0 : c0 + m])
-        if method == "brute" and not potentials:
-            kept, total = brute_tile_at_most(units, n, m)
-        else:
-            kept, u, v = flow.solve_tile_at_most(units, n)
-            total = kept_total(units, kept)
-            if potentials:
-                assert row_potentials is not None and column_potentials is not None
-                row_potentials[r0 : r0 + m, tile_column] = _exact_floats(u, exponent)
-                column_potentials[tile_row, c0 : c0 + m] = _exact_floats(v, exponent)
-        mask[r0 : r0 + m, c0 : c0 + m] = kept
-        kept_exact[t] = (total, exponent)
-        kept_sum[t] = float(dyadic(total, exponent))
-    return ExactResult(
-        mask,
-        kept_sum.reshape(tile_rows, tile_columns),
-        np.zeros(tiles, dtype=np.int64),
-        np.zeros(tiles, dtype=np.int64),
         kept_exact,
         row_potentials,
         column_potentials,
@@ -357,10 +430,8 @@ def enumeration_is_fast(pattern: Pattern) -> bool:
     return len(pattern_table(pattern.n, pattern.m)[1]) <= ENUMERATION_MAX_PATTERNS
 
 
-def _exact_float_array(
-    units: NDArray[np.int64], exponents: NDArray[np.int64], solved: NDArray[np.bool_]
-) -> NDArray[np.float64]:
-    """``units * 2**exponents`` (per tile row) as float64, refusing to round."""
+def _representable(units: NDArray[np.int64], exponents: NDArray[np.int64]) -> NDArray[np.bool_]:
+    """Per tile: whether every ``units * 2**exponent`` of its row is exact in float64."""
     values = np.ldexp(units.astype(np.float64), exponents.astype(np.int32)[:, None])
     back = np.ldexp(values, -exponents.astype(np.int32)[:, None])
     # A unit count >= 2**53 is still exact when its low bits are zero (4.0 next to 1.1 in
@@ -368,7 +439,15 @@ def _exact_float_array(
     as_float = units.astype(np.float64)
     with np.errstate(invalid="ignore"):
         exact = (as_float.astype(np.int64) == units) & (back == as_float)
-    if not exact[solved].all():
+    return exact.all(axis=1)
+
+
+def _exact_float_array(
+    units: NDArray[np.int64], exponents: NDArray[np.int64], solved: NDArray[np.bool_]
+) -> NDArray[np.float64]:
+    """``units * 2**exponents`` (per tile row) as float64, refusing to round."""
+    values = np.ldexp(units.astype(np.float64), exponents.astype(np.int32)[:, None])
+    if not _representable(units, exponents)[solved].all():
         raise ValueError(
             "a certificate potential is not representable in float64; the tile's "
             "dynamic range is too wide for a float64 certificate"

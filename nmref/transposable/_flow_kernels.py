@@ -617,11 +617,14 @@ def _canonical_tile(
                 free_dropped += 1
     if free_dropped == 0:
         return
-    if 2 * m <= 62:
+    if m <= 64:
         # Any other optimum differs from ``kept`` by alternating cycles of tight
         # entries (kept: column -> row, dropped: row -> column). Peel nodes
         # without arcs to remaining nodes; if all go, there is no cycle and
-        # ``kept`` is the only optimum (the usual case on generic data).
+        # ``kept`` is the only optimum (the usual case on generic data). Rows
+        # and columns are two bit sets of m <= 64 bits (int64 bit patterns):
+        # ``queue[i]`` the columns row i reaches, ``queue[m + j]`` the rows
+        # column j reaches.
         for v in range(2 * m):
             queue[v] = 0
         for i in range(m):
@@ -629,20 +632,28 @@ def _canonical_tile(
                 k = i * m + j
                 if tight[k]:
                     if kept[k]:
-                        queue[m + j] |= np.int64(1) << i
+                        queue[m + j] |= np.int64(1) << np.int64(i)
                     else:
-                        queue[i] |= np.int64(1) << (m + j)
-        alive = (np.int64(1) << (2 * m)) - 1
-        while alive != 0:
-            removed = np.int64(0)
-            for v in range(2 * m):
-                if queue[v] & alive == 0:
-                    removed |= np.int64(1) << v
-            removed &= alive
-            if removed == 0:
+                        queue[i] |= np.int64(1) << np.int64(j)
+        everything = np.int64(-1) if m == 64 else (np.int64(1) << np.int64(m)) - 1
+        alive_rows = everything
+        alive_columns = everything
+        while alive_rows != 0 or alive_columns != 0:
+            removed_rows = np.int64(0)
+            removed_columns = np.int64(0)
+            for v in range(m):
+                bit = np.int64(1) << np.int64(v)
+                if queue[v] & alive_columns == 0:
+                    removed_rows |= bit
+                if queue[m + v] & alive_rows == 0:
+                    removed_columns |= bit
+            removed_rows &= alive_rows
+            removed_columns &= alive_columns
+            if removed_rows == 0 and removed_columns == 0:
                 break
-            alive &= ~removed
-        if alive == 0:
+            alive_rows &= ~removed_rows
+            alive_columns &= ~removed_columns
+        if alive_rows == 0 and alive_columns == 0:
             return
     for k in range(m * m):
         if kept[k] or not tight[k]:

@@ -69,7 +69,7 @@ and a tight zero is **kept** whenever the choices already made leave its row and
 column room, greedily in row-major order: keeping it costs
 nothing, and hardware runs a full group as happily as an under-full one, while
 the lexicographic rule keeps the canonical mask a function of the input alone.
-Readable only: the at-most fill has no Numba kernel yet (a follow-up).
+The Numba twin is :mod:`nmref.transposable._at_most_kernels` (same masks, tested).
 """
 
 from __future__ import annotations
@@ -137,31 +137,87 @@ def successive_shortest_paths(
             f"weights must be a square m x m tile, got row lengths "
             f"{[len(row) for row in weights]} for m={m} rows"
         )
-    source, sink = 0, 2 * m + 1
-    row_node = list(range(1, m + 1))
-    column_node = list(range(m + 1, 2 * m + 1))
-    node_count = 2 * m + 2
-
-    kept = [[False] * m for _ in range(m)]
-    row_kept = [0] * m
-    column_kept = [0] * m
-    # Cost of keeping (i, j) is -w[i][j]. Reduced cost of an arc a -> b is
-    # cost + potential[a] - potential[b]; potentials keep it >= 0 on every
-    # residual arc, so Dijkstra applies. Start: rows and source at 0, each
-    # column at its most negative incoming cost, the sink at the lowest column.
-    potential = [0] * node_count
-    for j in range(m):
-        potential[column_node[j]] = -max(weights[i][j] for i in range(m))
-    potential[sink] = min(potential[column_node[j]] for j in range(m)) if m else 0
+    network = _Network(weights, [n] * m, [n] * m, None)
     if trace is not None:
-        trace({"potential": list(potential)})
-
+        trace({"potential": list(network.potential)})
     for _ in range(n * m):
-        # --- Dijkstra from the source until the sink is settled -------------
+        distance, parent, settled = network.shortest_paths()
+        network.update_potentials(distance, settled)
+        if trace is not None:
+            path = [network.sink]
+            while path[-1] != 0:
+                path.append(parent[path[-1]])
+            trace(
+                {
+                    "path": path[::-1],
+                    "distance": distance[network.sink],
+                    "potential": list(network.potential),
+                }
+            )
+        network.push(parent)
+    potential = network.potential
+    row_potentials = [potential[1 + i] for i in range(m)]
+    column_potentials = [-potential[m + 1 + j] for j in range(m)]
+    return network.kept, row_potentials, column_potentials
+
+
+class _Network:
+    """The residual network of one tile under a partial mask, for successive shortest paths.
+
+    Nodes: 0 the source, ``1..m`` the rows, ``m+1..2m`` the columns, ``2m+1`` the sink.
+    Row ``i`` may keep ``row_capacity[i]`` entries, column ``j`` ``column_capacity[j]``,
+    and only the ``allowed`` entries (all when None). Shared by both fills: the
+    exactly-``n`` solver pushes ``n*m`` units, the at-most one stops early.
+    """
+
+    def __init__(self, weights: Tile, row_capacity, column_capacity, allowed) -> None:
+        m = len(weights)
+        self.weights, self.m = weights, m
+        self.row_capacity, self.column_capacity = row_capacity, column_capacity
+        self.allowed = allowed if allowed is not None else [[True] * m for _ in range(m)]
+        self.kept = [[False] * m for _ in range(m)]
+        self.row_kept = [0] * m
+        self.column_kept = [0] * m
+        self.sink = 2 * m + 1
+        # Cost of keeping (i, j) is -w[i][j]. Reduced cost of an arc a -> b is
+        # cost + potential[a] - potential[b]; potentials keep it >= 0 on every
+        # residual arc, so Dijkstra applies. Start: rows and source at 0, each
+        # column at its most negative incoming cost, the sink at the lowest column.
+        potential = [0] * (2 * m + 2)
+        for j in range(m):
+            column = [weights[i][j] for i in range(m) if self.allowed[i][j]]
+            potential[m + 1 + j] = -max(column) if column else 0
+        potential[self.sink] = min(potential[m + 1 : 2 * m + 1]) if m else 0
+        self.potential = potential
+
+    def arcs(self, node: int) -> list[tuple[int, int]]:
+        """Residual arcs ``(target, cost)`` leaving ``node`` (source, row or column)."""
+        m, weights, kept = self.m, self.weights, self.kept
+        if node == 0:  # source -> row i while row i has room
+            return [(1 + i, 0) for i in range(m) if self.row_kept[i] < self.row_capacity[i]]
+        if node <= m:  # row i -> column j for every dropped entry (keep it: cost -w)
+            i = node - 1
+            return [
+                (m + 1 + j, -weights[i][j])
+                for j in range(m)
+                if self.allowed[i][j] and not kept[i][j]
+            ]
+        # column j -> row i for every kept entry (drop it again: cost +w), and
+        # column j -> sink while column j has room.
+        j = node - m - 1
+        out = [(1 + i, weights[i][j]) for i in range(m) if kept[i][j]]
+        if self.column_kept[j] < self.column_capacity[j]:
+            out.append((self.sink, 0))
+        return out
+
+    def shortest_paths(self) -> tuple[list[int | None], list[int], list[bool]]:
+        """Dijkstra from the source on reduced costs until the sink is settled (or
+        nothing is left to settle). Returns ``(distance, parent, settled)``; O(m^2)."""
+        node_count = 2 * self.m + 2
         distance: list[int | None] = [None] * node_count
         parent = [-1] * node_count
         settled = [False] * node_count
-        distance[source] = 0
+        distance[0] = 0
         while True:
             # The unsettled node with the smallest distance; lowest index on ties.
             best = -1
@@ -169,62 +225,43 @@ def successive_shortest_paths(
                 if not settled[node] and distance[node] is not None:
                     if best < 0 or distance[node] < distance[best]:  # type: ignore[operator]
                         best = node
+            if best < 0:
+                return distance, parent, settled  # the sink is unreachable
             settled[best] = True
-            if best == sink:
-                break
+            if best == self.sink:
+                return distance, parent, settled
             base: int = distance[best]  # type: ignore[assignment]
-            for target, cost in _residual_arcs(best, weights, kept, row_kept, column_kept, n):
-                reduced = cost + potential[best] - potential[target]
+            for target, cost in self.arcs(best):
+                reduced = cost + self.potential[best] - self.potential[target]
                 old = distance[target]
                 if not settled[target] and (old is None or base + reduced < old):
                     distance[target] = base + reduced
                     parent[target] = best
-        # --- new potentials: settled nodes by distance, the rest by the sink's
-        sink_distance: int = distance[sink]  # type: ignore[assignment]
-        for node in range(node_count):
-            d = distance[node]
-            potential[node] += d if settled[node] and d is not None else sink_distance
-        # --- push one unit along the path ------------------------------------
-        if trace is not None:
-            path = [sink]
-            while path[-1] != source:
-                path.append(parent[path[-1]])
-            trace({"path": path[::-1], "distance": sink_distance, "potential": list(potential)})
-        node = sink
-        while node != source:
+
+    def path_cost(self, distance: list[int | None]) -> int:
+        """True cost of the shortest source-sink path: reduced length plus potentials."""
+        return distance[self.sink] - self.potential[0] + self.potential[self.sink]  # type: ignore[operator]
+
+    def update_potentials(self, distance: list[int | None], settled: list[bool]) -> None:
+        """Add the distances (unsettled nodes: the sink's), keeping reduced costs >= 0."""
+        sink_distance: int = distance[self.sink]  # type: ignore[assignment]
+        for node, d in enumerate(distance):
+            self.potential[node] += d if settled[node] and d is not None else sink_distance
+
+    def push(self, parent: list[int]) -> None:
+        """Push one unit along the path to the sink in ``parent``."""
+        m, node = self.m, self.sink
+        while node != 0:
             previous = parent[node]
-            if 1 <= previous <= m and node > m and node != sink:  # row -> column: keep
-                i, j = previous - 1, node - m - 1
-                kept[i][j] = True
-            elif previous > m and previous != sink and 1 <= node <= m:  # column -> row: drop
-                i, j = node - 1, previous - m - 1
-                kept[i][j] = False
-            elif previous == source:
-                row_kept[node - 1] += 1
-            elif node == sink:
-                column_kept[previous - m - 1] += 1
+            if 1 <= previous <= m and node > m and node != self.sink:  # row -> column: keep
+                self.kept[previous - 1][node - m - 1] = True
+            elif previous > m and previous != self.sink and 1 <= node <= m:  # column -> row
+                self.kept[node - 1][previous - m - 1] = False
+            elif previous == 0:
+                self.row_kept[node - 1] += 1
+            elif node == self.sink:
+                self.column_kept[previous - m - 1] += 1
             node = previous
-
-    row_potentials = [potential[row_node[i]] for i in range(m)]
-    column_potentials = [-potential[column_node[j]] for j in range(m)]
-    return kept, row_potentials, column_potentials
-
-
-def _residual_arcs(node, weights, kept, row_kept, column_kept, n):
-    """Residual arcs ``(target, cost)`` leaving ``node`` (source, row or column)."""
-    m = len(weights)
-    if node == 0:  # source -> row i while row i keeps fewer than n
-        return [(1 + i, 0) for i in range(m) if row_kept[i] < n]
-    if node <= m:  # row i -> column j for every dropped entry (keep it: cost -w)
-        i = node - 1
-        return [(m + 1 + j, -weights[i][j]) for j in range(m) if not kept[i][j]]
-    j = node - m - 1
-    # column j -> row i for every kept entry (drop it again: cost +w), and
-    # column j -> sink while column j keeps fewer than n.
-    arcs = [(1 + i, weights[i][j]) for i in range(m) if kept[i][j]]
-    if column_kept[j] < n:
-        arcs.append((2 * m + 1, 0))
-    return arcs
 
 
 def certifies_optimal(
@@ -297,82 +334,16 @@ def successive_shortest_paths_at_most(
             f"weights must be a square m x m tile, got row lengths "
             f"{[len(row) for row in weights]} for m={m} rows"
         )
-    if allowed is None:
-        allowed = [[True] * m for _ in range(m)]
-    source, sink = 0, 2 * m + 1
-    node_count = 2 * m + 2
-    kept = [[False] * m for _ in range(m)]
-    row_kept = [0] * m
-    column_kept = [0] * m
-
-    def arcs(node):
-        # Residual arcs (target, cost); the bypass is never searched, only compared.
-        if node == source:
-            return [(1 + i, 0) for i in range(m) if row_kept[i] < row_capacity[i]]
-        if node <= m:
-            i = node - 1
-            return [
-                (m + 1 + j, -weights[i][j]) for j in range(m) if allowed[i][j] and not kept[i][j]
-            ]
-        j = node - m - 1
-        out = [(1 + i, weights[i][j]) for i in range(m) if kept[i][j]]
-        if column_kept[j] < column_capacity[j]:
-            out.append((sink, 0))
-        return out
-
-    # Same start as the exactly-n solver: reduced costs >= 0 on every residual arc.
-    potential = [0] * node_count
-    for j in range(m):
-        column = [weights[i][j] for i in range(m) if allowed[i][j]]
-        potential[m + 1 + j] = -max(column) if column else 0
-    potential[sink] = min(potential[m + 1 : 2 * m + 1]) if m else 0
-
+    network = _Network(weights, row_capacity, column_capacity, allowed)
     while True:
-        distance: list[int | None] = [None] * node_count
-        parent = [-1] * node_count
-        settled = [False] * node_count
-        distance[source] = 0
-        while True:
-            best = -1
-            for node in range(node_count):
-                if not settled[node] and distance[node] is not None:
-                    if best < 0 or distance[node] < distance[best]:  # type: ignore[operator]
-                        best = node
-            if best < 0:
-                break  # the sink is unreachable: no augmenting path is left
-            settled[best] = True
-            if best == sink:
-                break
-            base: int = distance[best]  # type: ignore[assignment]
-            for target, cost in arcs(best):
-                reduced = cost + potential[best] - potential[target]
-                old = distance[target]
-                if not settled[target] and (old is None or base + reduced < old):
-                    distance[target] = base + reduced
-                    parent[target] = best
-        if not settled[sink]:
-            break
-        # True cost of the path: the reduced length plus the potential difference.
-        path_cost = distance[sink] - potential[source] + potential[sink]  # type: ignore[operator]
-        if path_cost >= 0:
+        distance, parent, settled = network.shortest_paths()
+        if not settled[network.sink]:
+            break  # no augmenting path is left
+        if network.path_cost(distance) >= 0:
             break  # the bypass arc (cost 0) is at least as cheap: stop
-        sink_distance: int = distance[sink]  # type: ignore[assignment]
-        for node in range(node_count):
-            d = distance[node]
-            potential[node] += d if settled[node] and d is not None else sink_distance
-        node = sink
-        while node != source:
-            previous = parent[node]
-            if 1 <= previous <= m and node > m and node != sink:
-                kept[previous - 1][node - m - 1] = True
-            elif previous > m and previous != sink and 1 <= node <= m:
-                kept[node - 1][previous - m - 1] = False
-            elif previous == source:
-                row_kept[node - 1] += 1
-            elif node == sink:
-                column_kept[previous - m - 1] += 1
-            node = previous
-    return kept
+        network.update_potentials(distance, settled)
+        network.push(parent)
+    return network.kept
 
 
 def at_most_duals(weights: Tile, kept: Sequence[Sequence[bool]], n: int) -> tuple[list, list]:

@@ -657,6 +657,11 @@ def _totals(
             "parameters": sum(e["parameters"] for e, _ in applied),
             "kept_fraction": (kept / total if total > 0 else 1.0) if applied else None,
         }
+        if key == "transposable":
+            at_most = sum(r["at_most_kept_magnitude"] for _, r in applied)
+            totals["methods"][key]["at_most_kept_fraction"] = (
+                (at_most / total if total > 0 else 1.0) if applied else None
+            )
     for cost in costs:
         totals[cost] = _cost_totals(analysed, settings, cost)
     return totals

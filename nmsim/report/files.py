@@ -64,6 +64,8 @@ def csv_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
         for key in methods:
             result = entry["methods"].get(key) or {}
             row[f"{key}_kept_fraction"] = result.get("kept_fraction", "")
+            if key == "transposable":
+                row["transposable_at_most_kept_fraction"] = result.get("at_most_kept_fraction", "")
             if key == "greedy":
                 row["greedy_optimality_gap"] = result.get("optimality_gap", "")
         for cost, label in (("flops", "flops"), ("time", "seconds")):

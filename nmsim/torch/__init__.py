@@ -73,11 +73,17 @@ def golden_implementation(vector, device: str = "cpu"):
 
         return backward
     if vector.function.startswith("transposable_mask["):
+        from nmref.testing.golden import transposable_function
+
         from . import transposable
 
-        method = vector.function[len("transposable_mask[") : -1]
+        method, fill = transposable_function(vector.function)
         return numpy_adapter(
-            transposable.transposable_mask, device=device, dtype=vector.dtype, method=method
+            transposable.transposable_mask,
+            device=device,
+            dtype=vector.dtype,
+            method=method,
+            fill=fill,
         )
     return None
 

@@ -22,6 +22,11 @@ Training: A Provable and Efficient Method to Find N:M Transposable Masks", NeurI
   alternating cycle through it exists among later entries). Units must fit
   ``52 - ceil(log2(2m + 2))`` bits (47 for m = 8) so that every path sum is exact; other
   tiles raise ``ValueError`` (nmref's host path handles them). O(n m^4 + m^5) per tile.
+* ``fill="at_most"`` (spec T1: at most ``n`` per tile row and column, what sparse tensor
+  cores accept), ``method="exact"`` or ``"brute"``: the scores go to the host and
+  ``nmref.transposable.transposable_mask(..., fill="at_most")`` (its Numba kernel, or brute
+  force for ``m <= 4``) answers; the mask comes back on the scores' device. Same canonical
+  mask as nmref by construction; bfloat16 reaches the host as float32, which holds it exactly.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ INF = float("inf")
 # Tile entries per chunk of the flow solver (about 16 float64 temporaries of this size).
 _FLOW_CHUNK_ENTRIES = 1 << 26
 METHODS = ("exact", "brute", "greedy", "greedy-prune")
+FILLS = ("exact", "at_most")
 
 
 @functools.lru_cache(maxsize=16)
@@ -342,7 +348,7 @@ def _flow(units: torch.Tensor, n: int, m: int) -> torch.Tensor:
 
 
 def transposable_mask(
-    scores: torch.Tensor, n: int, m: int, *, method: str = "exact"
+    scores: torch.Tensor, n: int, m: int, *, method: str = "exact", fill: str = "exact"
 ) -> torch.Tensor:
     """Transposable N:M mask of a 2-D score matrix (tiles ``m x m``), on any device.
 
@@ -354,6 +360,9 @@ def transposable_mask(
     method : {"exact", "brute", "greedy", "greedy-prune"}
         ``"exact"`` and ``"brute"`` are the canonical optimum (``m <= 5``); the greedy
         forms are the 2-approximations of spec T4.
+    fill : {"exact", "at_most"}
+        ``"exact"``: exactly ``n`` per tile row and column. ``"at_most"`` (exact or
+        brute only): at most ``n``, solved by nmref on the host (module notes).
 
     Returns
     -------
@@ -367,7 +376,11 @@ def transposable_mask(
     pattern = check_pattern(n, m)
     if method not in METHODS:
         raise ValueError(f"method={method!r} must be one of {METHODS}")
+    if fill not in FILLS:
+        raise ValueError(f"fill={fill!r} must be one of {FILLS}")
     tensor = _check_scores(scores, pattern.m)
+    if fill == "at_most":
+        return _at_most_on_host(tensor, pattern.n, pattern.m, method)
     tiles = _to_tiles(tensor, pattern.m)
     if method == "brute" or (method == "exact" and pattern.m <= 4):
         if pattern.m > BRUTE_MAX_M:
@@ -380,6 +393,18 @@ def transposable_mask(
     else:
         kept = _greedy(tiles, pattern.n, pattern.m, prune_form=method == "greedy-prune")
     return _from_tiles(kept, tuple(tensor.shape), pattern.m)
+
+
+def _at_most_on_host(tensor: torch.Tensor, n: int, m: int, method: str) -> torch.Tensor:
+    """``fill="at_most"`` by nmref on the host; the mask back on ``tensor``'s device."""
+    from nmref.transposable import transposable_mask as host_mask
+
+    host = tensor.detach().cpu()
+    if host.dtype == torch.bfloat16:
+        host = host.to(torch.float32)  # exact: every bfloat16 is a float32
+    # nmref raises for greedy methods with fill="at_most" and names the rule.
+    mask = host_mask(host.numpy(), n, m, method=method, fill="at_most")  # type: ignore[arg-type]
+    return torch.from_numpy(mask).to(tensor.device)
 
 
 def is_transposable(mask: torch.Tensor, n: int, m: int, *, exact: bool = True) -> bool:

@@ -108,37 +108,74 @@ def bimask_vectors(files: dict[str, bytes], entries: list[dict]) -> None:
             )
 
 
-# (method, dtype, kind, patterns): transposable masks (nmref.transposable, specs/transposable.md).
+# (method, fill, dtype, kind, patterns): transposable masks (nmref.transposable,
+# specs/transposable.md). Inputs are |scores|, except kind "signed_tie_heavy" of the at-most
+# fill: the tie-heavy family with its signs, because the at-most fill never keeps a negative
+# score (spec T1) and a tight zero is kept where its lines have room (T3).
 TRANSPOSABLE_PLAN = [
-    ("exact", "float32", "tie_heavy", [(2, 4), (4, 8)]),
-    ("exact", "float32", "random", [(2, 4), (4, 8)]),
-    ("exact", "bfloat16", "tie_heavy", [(2, 4)]),
-    ("greedy", "float32", "tie_free", [(2, 4), (4, 8)]),
-    ("greedy-prune", "float16", "random", [(2, 4)]),
+    ("exact", "exact", "float32", "tie_heavy", [(2, 4), (4, 8)]),
+    ("exact", "exact", "float32", "random", [(2, 4), (4, 8)]),
+    ("exact", "exact", "bfloat16", "tie_heavy", [(2, 4)]),
+    ("greedy", "exact", "float32", "tie_free", [(2, 4), (4, 8)]),
+    ("greedy-prune", "exact", "float16", "random", [(2, 4)]),
+    ("exact", "at_most", "float32", "tie_heavy", [(2, 4), (4, 8)]),
+    ("exact", "at_most", "float32", "random", [(2, 4), (4, 8)]),
+    ("exact", "at_most", "float32", "zeros", [(2, 4)]),
+    ("exact", "at_most", "bfloat16", "tie_heavy", [(2, 4)]),
+    ("exact", "at_most", "float32", "signed_tie_heavy", [(2, 4), (4, 8)]),
+    ("exact", "at_most", "float32", "under_filled", [(2, 4), (4, 8)]),
 ]
+# Kind "under_filled": |N(0,1)| of 16 x 64 (seed 2026), where some tiles have a better
+# at-most-n mask than every exactly-n one, so that those vectors differ from the exact fill.
 
 
 def transposable_vectors(files: dict[str, bytes], entries: list[dict]) -> None:
-    """Transposable masks (``nmref.transposable.transposable_mask``) of |scores|."""
-    from nmref.testing.transposable import transposable_cases
-    from nmref.transposable import transposable_mask
+    """Transposable masks (``nmref.transposable.transposable_mask``) of the stored scores.
 
-    for method, dtype, kind, patterns in TRANSPOSABLE_PLAN:
-        cases = [c for c in transposable_cases(dtype) if c.kind == kind]
+    At-most vectors are cross-checked against the readable solver
+    (``transposable_mask_reference``) before anything is written.
+    """
+    from collections import namedtuple
+
+    from nmref.testing.transposable import transposable_cases
+    from nmref.transposable import transposable_mask, transposable_mask_reference
+
+    Case = namedtuple("Case", "scores n m")
+
+    for method, fill, dtype, kind, patterns in TRANSPOSABLE_PLAN:
+        signed = kind.startswith("signed_")
+        family = kind.removeprefix("signed_")
+        cases = [c for c in transposable_cases(dtype) if c.kind == family]
         for pattern in patterns:
-            case = next(c for c in cases if (c.n, c.m) == pattern)
-            scores = np.abs(case.scores)
-            expected = transposable_mask(scores, case.n, case.m, method=method)
-            name = f"transposable_{method}_{kind}_{dtype}_{case.n}of{case.m}"
+            matching = [c for c in cases if (c.n, c.m) == pattern]
+            if signed:
+                matching = [c for c in matching if (c.scores < 0).any()]
+            if kind == "under_filled":
+                rng = np.random.default_rng(2026)
+                case = Case(np.abs(rng.standard_normal((16, 64))).astype(dtype), *pattern)
+            else:
+                case = matching[0]
+            scores = case.scores if signed else np.abs(case.scores)
+            if kind == "under_filled":
+                exact = transposable_mask(scores, case.n, case.m)
+                under = transposable_mask(scores, case.n, case.m, fill="at_most")
+                assert (exact != under).any(), pattern
+            expected = transposable_mask(scores, case.n, case.m, method=method, fill=fill)
+            if fill == "at_most":
+                readable = transposable_mask_reference(scores, case.n, case.m, fill=fill)
+                assert np.array_equal(expected, readable), (kind, pattern)
+            prefix = method if fill == "exact" else f"{method}_{fill}"
+            name = f"transposable_{prefix}_{kind}_{dtype}_{case.n}of{case.m}"
             buffer = io.BytesIO()
             np.savez_compressed(buffer, input=scores, expected=expected)
             data = buffer.getvalue()
             files[f"{name}.npz"] = data
+            function = method if fill == "exact" else f"{method},{fill}"
             entries.append(
                 {
                     "name": name,
                     "file": f"{name}.npz",
-                    "function": f"transposable_mask[{method}]",
+                    "function": f"transposable_mask[{function}]",
                     "n": case.n,
                     "m": case.m,
                     "dtype": dtype,
@@ -189,7 +226,9 @@ def build() -> tuple[dict[str, bytes], dict]:
         "expected_by": (
             "masks: nmref.nm_mask_reference (readable), equal to the fast path; "
             "Bi-Mask: nmref.bimask.backward_mask (forward mask by nmref.bimask.forward_mask); "
-            "transposable: nmref.transposable.transposable_mask of the stored |scores|"
+            "transposable: nmref.transposable.transposable_mask of the stored scores "
+            "(|scores| except the signed at-most vectors; at most n: equal to the readable "
+            "transposable_mask_reference)"
         ),
         "note": "bfloat16 inputs are stored as their exact float32 upcast",
         "vectors": entries,
