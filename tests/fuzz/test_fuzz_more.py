@@ -8,9 +8,7 @@ array arguments, or raise ``ValueError``/``TypeError`` naming one of its argumen
 from __future__ import annotations
 
 import inspect
-import warnings
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import pytest
@@ -19,21 +17,12 @@ from hypothesis import strategies as st
 
 import nmref
 from nmref import bimask
+from tests.fuzz.test_fuzz_api import mask_of as _mask_of
+from tests.fuzz.test_fuzz_api import plain as _plain
+from tests.fuzz.test_fuzz_api import same as _same
 from tests.fuzz.test_fuzz_masks import BAD_N, EXAMPLES, HOW, disguise, values
 
 Build = Callable[[object, object, int], tuple[tuple, dict]]
-
-
-def _mask_of(array: object, n: object, m: int) -> np.ndarray:
-    """A mask argument derived from the drawn array (the harness's, not under test)."""
-    plain = np.asarray(array)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            magnitudes = np.nan_to_num(np.asarray(np.abs(plain)).astype(np.float64))
-            return nmref.nm_mask(magnitudes, n, m)
-        except (ValueError, TypeError, AttributeError):
-            return np.zeros(plain.shape, dtype=bool)
 
 
 CALLS: dict[str, tuple[Callable, Build]] = {
@@ -66,31 +55,6 @@ CALLS: dict[str, tuple[Callable, Build]] = {
         lambda a, n, m: ((a, n, m), {"method": "greedy"}),
     ),
 }
-
-
-def _plain(value: object) -> object:
-    if isinstance(value, (list, np.ndarray)) and not isinstance(value, np.ma.MaskedArray):
-        try:
-            return np.array(value, order="C", copy=True)
-        except (ValueError, TypeError):
-            return value
-    return value
-
-
-def _same(first: Any, second: Any) -> None:
-    if isinstance(first, tuple) and hasattr(first, "_fields"):
-        for a, b in zip(first, second, strict=True):
-            _same(a, b)
-    elif isinstance(first, np.ndarray) or isinstance(second, np.ndarray):
-        a, b = np.asarray(first), np.asarray(second)
-        if a.dtype == object or b.dtype == object:
-            # NaN != NaN inside object arrays: compare the elements' reprs
-            assert a.shape == b.shape
-            assert [repr(x) for x in a.ravel()] == [repr(x) for x in b.ravel()]
-        else:
-            np.testing.assert_array_equal(a, b)
-    else:
-        assert first == second or (first != first and second != second)
 
 
 @pytest.mark.parametrize("name", sorted(CALLS))
