@@ -225,6 +225,20 @@ def _passes_filters(name: str, args: argparse.Namespace) -> bool:
     return args.exclude is None or not args.exclude.search(name)
 
 
+def _maskable(info: TensorInfo, args: argparse.Namespace, skipped: list[str]) -> bool:
+    """Whether ``nmref mask`` masks this tensor; counts what the filters leave out in
+    ``args.filtered_out`` and records why a selected tensor is skipped."""
+    if not _passes_filters(info.name, args):
+        args.filtered_out += 1
+    elif len(info.shape) < 2:
+        skipped.append(f"{info.name} (ndim={len(info.shape)})")
+    elif info.source_dtype not in _MASKABLE:
+        skipped.append(f"{info.name} (dtype={info.source_dtype})")
+    else:
+        return True
+    return False
+
+
 def _run_mask_sharded(args: argparse.Namespace) -> int:
     """``nmref mask MODEL_FOLDER -o OUT_FOLDER``: a sharded output with its own index.
 
@@ -242,13 +256,7 @@ def _run_mask_sharded(args: argparse.Namespace) -> int:
     planned: list[tuple[str, PlannedTensor]] = []
     sizes: dict[str, int] = {}
     for info, shard in model.tensors:
-        if not _passes_filters(info.name, args):
-            args.filtered_out += 1
-        elif len(info.shape) < 2:
-            skipped.append(f"{info.name} (ndim={len(info.shape)})")
-        elif info.source_dtype not in _MASKABLE:
-            skipped.append(f"{info.name} (dtype={info.source_dtype})")
-        else:
+        if _maskable(info, args, skipped):
             dtype = info.source_dtype if args.apply else "bool"
             planned.append((shard, PlannedTensor(info.name, info.shape, dtype)))
             sizes[info.name] = stored_bytes(info.shape, info.source_dtype)
@@ -402,13 +410,7 @@ def _listed(args: argparse.Namespace, skipped: list[str]) -> list[tuple[str, Ten
     args.filtered_out = 0
     items = []
     for path, info in listing:
-        if not _passes_filters(info.name, args):
-            args.filtered_out += 1
-        elif len(info.shape) < 2:
-            skipped.append(f"{info.name} (ndim={len(info.shape)})")
-        elif info.source_dtype not in _MASKABLE:
-            skipped.append(f"{info.name} (dtype={info.source_dtype})")
-        else:
+        if _maskable(info, args, skipped):
             items.append((path, info))
     return items
 
