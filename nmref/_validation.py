@@ -100,6 +100,23 @@ def check_shape(shape: object, name: str) -> tuple[int, ...]:
     return tuple(int(size) for size in dims)
 
 
+def check_permutation(permutation: object, size: int, name: str, *, entry: str) -> NDArray[np.intp]:
+    """``permutation`` as an ``intp`` permutation of ``range(size)``, one ``entry`` each
+    (``"output channel"``, ``"input channel"``); ``TypeError``/``ValueError`` naming it."""
+    array = np.asarray(permutation)
+    if size == 0 and array.shape == (0,):
+        return np.zeros(0, dtype=np.intp)  # np.asarray([]) is float64
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an integer array, got dtype={array.dtype}")
+    if array.shape != (size,):
+        raise ValueError(
+            f"{name} must have shape ({size},) (one entry per {entry}), got {array.shape}"
+        )
+    if not np.array_equal(np.sort(array), np.arange(size)):
+        raise ValueError(f"{name} must be a permutation of range({size})")
+    return array.astype(np.intp)
+
+
 def check_positive_integer(value: object, name: str) -> int:
     """``value`` as an ``int >= 1``: ``TypeError`` for a non-integer, ``ValueError`` below 1."""
     if not is_integer(value):

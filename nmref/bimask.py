@@ -49,6 +49,7 @@ from nmref._validation import (
     check_float_dtype,
     check_integer,
     check_no_nan,
+    check_permutation,
     is_integer,
 )
 from nmref.layouts import Layout, default_layout, from_reduction_matrix, to_reduction_matrix
@@ -155,18 +156,7 @@ def _from_blocks(blocks: NDArray, shape: tuple[int, ...], layout: Layout) -> NDA
 
 
 def _check_permutation(permutation: ArrayLike, size: int, name: str = "permutation") -> NDArray:
-    array = np.asarray(permutation)
-    if size == 0 and array.shape == (0,):
-        return np.zeros(0, dtype=np.intp)  # np.asarray([]) is float64
-    if array.dtype.kind not in "iu":
-        raise TypeError(f"{name} must be an integer array, got dtype={array.dtype}")
-    if array.shape != (size,):
-        raise ValueError(
-            f"{name} must have shape ({size},) (one entry per output channel), got {array.shape}"
-        )
-    if not np.array_equal(np.sort(array), np.arange(size)):
-        raise ValueError(f"{name} must be a permutation of range({size})")
-    return array.astype(np.intp)
+    return check_permutation(permutation, size, name, entry="output channel")
 
 
 def check_backward_groups(out_channels: int, total: int, pattern: Pattern, straddle: bool) -> None:

@@ -54,6 +54,7 @@ from nmref._validation import (
     as_float_array,
     check_choice,
     check_count,
+    check_permutation,
     check_positive_integer,
     is_integer,
 )
@@ -161,18 +162,7 @@ def _magnitudes(weight: ArrayLike, pattern: Pattern, layout: Layout | None) -> N
 
 
 def _check_permutation(permutation: ArrayLike, columns: int, name: str) -> NDArray[np.int64]:
-    array = np.asarray(permutation)
-    if columns == 0 and array.shape == (0,):
-        return np.zeros(0, dtype=np.int64)
-    if array.dtype.kind not in "iu":
-        raise TypeError(f"{name} must be an integer array, got dtype={array.dtype}")
-    if array.shape != (columns,):
-        raise ValueError(
-            f"{name} must have shape ({columns},) (one entry per input channel), got {array.shape}"
-        )
-    if not np.array_equal(np.sort(array), np.arange(columns)):
-        raise ValueError(f"{name} must be a permutation of range({columns})")
-    return array.astype(np.int64)
+    return check_permutation(permutation, columns, name, entry="input channel").astype(np.int64)
 
 
 def _implementation(implementation: str) -> ModuleType:
