@@ -49,6 +49,27 @@ def test_at_80_columns_no_cell_is_cut_and_every_kept_number_is_shown(minilm_repo
             assert entry["name"] in folded
 
 
+def test_at_80_columns_a_does_not_fit_row_keeps_names_and_the_last_column_whole():
+    # The packaged digits MLP: fc3 (10 x 128) does not fit M x M tiles. Its 12-character
+    # "does not fit" cells squeezed the tensor column to nothing, and rich cropped the last
+    # column ("[80% PI", "0.92x [0.67") while pad_edge was off.
+    report = build_report(None, ReportSettings())
+    text = _render(report, 80)
+    table = text.split("(at 80 columns")[0]
+    assert max(len(line) for line in table.splitlines()) <= 80
+    assert "[80% PI]" in table
+    for entry in report["tensors"]:
+        if entry["status"] == "ok":
+            assert entry["name"] in table
+    assert table.count("does not") == 3  # fc3's three transposable methods, wrapped
+    flat = " ".join(table.split())
+    for entry in report["tensors"]:
+        if entry["status"] == "ok":
+            block = entry["time"]["forward_speedup"]
+            interval = f"[{block['low']:.2f}, {block['high']:.2f}]"
+            assert interval in flat, (interval, table)
+
+
 def test_a_wide_terminal_keeps_every_column(minilm_report):
     from nmsim.cli.report import wide_table_width
 

@@ -357,7 +357,8 @@ def _rich_table(model: _TableModel, compact: bool) -> Any:
         show_footer=True,
         box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
         padding=(0, 1, 0, 0) if compact else (0, 1),
-        pad_edge=not compact,
+        # pad_edge=False crops the last column by its padding (rich 15): keep the edge
+        pad_edge=True,
     )
     for column in columns:
         header = column.compact_header if compact and column.compact_header else column.header
@@ -370,7 +371,9 @@ def _rich_table(model: _TableModel, compact: bool) -> Any:
             footer=footer,
             justify="right" if column.right else "left",
             overflow="fold",
-            no_wrap=column.key not in ("tensor", "note"),
+            # compact: the value cells may wrap too ("does not fit" is the widest kept
+            # cell), or the tensor column is squeezed to nothing at 80 columns
+            no_wrap=column.key not in ("tensor", "note") and not compact,
             ratio=1 if column.key == "tensor" else None,
             min_width=12 if column.key == "tensor" else None,
         )
