@@ -197,6 +197,77 @@ def test_flow_kernel_equals_enumeration_on_many_tiles(n):
         np.testing.assert_array_equal(transposable_mask(scores, n, 4), expected)
 
 
+def _exact_results_agree(first, second) -> None:
+    """Same masks, kept sums and (where the kernels solved the tile) kept units."""
+    np.testing.assert_array_equal(first.mask, second.mask)
+    np.testing.assert_array_equal(first.kept_sum, second.kept_sum)
+    assert first.kept_exact == second.kept_exact
+    kernel_tiles = np.ones(len(first.kept_units), dtype=bool)
+    kernel_tiles[list(first.kept_exact)] = False
+    np.testing.assert_array_equal(first.kept_units[kernel_tiles], second.kept_units[kernel_tiles])
+    np.testing.assert_array_equal(first.exponents[kernel_tiles], second.exponents[kernel_tiles])
+
+
+def _2to4_float32_cases(seed: int, shape: tuple[int, int]) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    noise = rng.standard_normal(shape).astype(np.float32)
+    magnitudes = np.exp2(rng.uniform(-140, 100, shape)).astype(np.float32)  # incl. subnormals
+    significands = rng.integers(2**23, 2**24, shape).astype(np.float64)
+    spread = rng.choice([0, 25, 26], shape, p=[0.8, 0.1, 0.1])  # at and past the float64 limit
+    cases = [
+        np.abs(noise),
+        noise,
+        np.round(noise * 2).clip(-8, 7),  # int4-like: tie-heavy
+        rng.integers(0, 2, shape),  # binary: ties everywhere
+        np.zeros(shape),
+        np.where(rng.random(shape) < 0.3, 0, np.abs(noise)),
+        magnitudes,
+        (noise.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32),  # bfloat16-like
+        significands * np.exp2(-spread.astype(np.float64)),
+    ]
+    return [np.ascontiguousarray(case, dtype=np.float32) for case in cases]
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+@pytest.mark.parametrize("shape", [(8, 4 * 7), (12, 4 * 101), (8, 4 * 300)])
+def test_2to4_meet_in_the_middle_equals_the_pattern_scan(monkeypatch, shape, parallel):
+    """2:4 float32 tiles: the meet-in-the-middle kernel returns what the 90-pattern scan does.
+
+    Both take the first maximum of the canonical table on exact float64 sums, and hand the
+    same tiles to the int64 path; shapes of 7, 101 and 300 tiles per tile row make blocks
+    shorter than, and split across, the kernel's block of tiles.
+    """
+    pattern = check_pattern(2, 4)
+    from nmref.transposable import _driver
+
+    for scores in _2to4_float32_cases(sum(shape), shape):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # tiles too wide for int64 units
+            monkeypatch.setattr(_driver, "_SCAN_2TO4", True)
+            scanned = _solve_exact(scores, pattern, parallel=parallel)
+            monkeypatch.setattr(_driver, "_SCAN_2TO4", False)
+            met = _solve_exact(scores, pattern, parallel=parallel)
+            with kernels_only():
+                np.testing.assert_array_equal(transposable_mask(scores, 2, 4), met.mask)
+        _exact_results_agree(scanned, met)
+    bad = _2to4_float32_cases(1, shape)[0]
+    bad[3, 5] = np.nan
+    with pytest.raises(ValueError, match="scores"):
+        _solve_exact(bad, pattern, parallel=parallel)
+
+
+@pytest.mark.slow
+@given(score_matrices())
+def test_the_2to4_kernel_returns_the_canonical_mask(case):
+    scores, _, _ = case
+    scores = np.asarray(scores, dtype=np.float32)
+    rows, columns = scores.shape
+    scores = np.tile(scores, (4 // np.gcd(rows, 4), 4 // np.gcd(columns, 4)))
+    expected = transposable_mask(scores, 2, 4, method="brute")
+    with kernels_only():
+        np.testing.assert_array_equal(transposable_mask(scores, 2, 4), expected)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("n", "m"), [(2, 4), (1, 4), (3, 4), (4, 4), (1, 3), (2, 3), (1, 2), (1, 1)]

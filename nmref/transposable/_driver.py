@@ -40,6 +40,10 @@ from nmref.transposable.tiles import dyadic, exact_integer_tile, kept_total
 _SLOW_TILES_WARNING = 64
 
 
+# Tests set this to run 2:4 float32 tiles through the 90-pattern scan instead of the
+# meet-in-the-middle kernel, to compare the two.
+_SCAN_2TO4 = False
+
 # At or below this pattern count the "exact" method enumerates patterns (faster
 # than the flow solver and exact by construction).
 ENUMERATION_MAX_PATTERNS = 90
@@ -114,7 +118,7 @@ def solve_exact(
             )
             _enumerate(
                 bits, fraction_bits, pattern, choice_columns, table, choice_words, parallel,
-                mask, status, kept_units, exponents,
+                mask, status, kept_units, exponents, sums,
             )  # fmt: skip
         else:
             _flow_tiles(
@@ -252,9 +256,15 @@ def _finish(
         # The kernels see every value, so the caller may skip its own pass over
         # the scores; this names the first bad index.
         check_finite_scores(array, "scores")
-    with np.errstate(over="ignore"):
-        # A kept sum beyond float64's range rounds to inf, as IEEE rounding of the exact sum does.
-        kept_sum = np.ldexp(kept_units.astype(np.float64), exponents.astype(np.int32))
+    if sums:
+        with np.errstate(over="ignore"):
+            # A kept sum beyond float64's range rounds to inf, as IEEE rounding of the exact
+            # sum does.
+            kept_sum = np.ldexp(kept_units.astype(np.float64), exponents.astype(np.int32))
+    else:
+        # Not computed (the 2:4 kernel may not even write the units): callers that need
+        # sums ask for them.
+        kept_sum = np.full(tiles, np.nan)
     # Exact kept sums per tile as (units, exponent): Python ints only where needed.
     kept_exact: dict[int, tuple[int, int]] = {}
     row_potentials = column_potentials = None
@@ -270,8 +280,6 @@ def _finish(
             total = kept_total(units, mask[r0 : r0 + m, c0 : c0 + m])
             kept_exact[int(t)] = (total, exponent)
             kept_sum[t] = float(dyadic(total, exponent))
-    else:
-        kept_sum[truncated] = np.nan  # not computed; callers that need sums ask
     if potentials:
         if retry_unrepresentable:
             # Kernel duals that float64 cannot hold: the readable solver's may fit.
@@ -330,10 +338,14 @@ def _enumerate(
     status,
     kept_units,
     exponents,
+    sums=True,
 ) -> None:
     """Run the enumeration kernels (serial or parallel) on every tile.
 
-    float32 scores go to the float64-sum kernel first and only the tiles it hands
+    2:4 float32 scores go to the meet-in-the-middle kernel
+    (:func:`~nmref.transposable._enumeration_kernels.enumerate_2to4_float32_tiles`; it
+    leaves the kept units alone when ``sums`` is false); other float32 scores
+    go to the float64-sum kernel first and only the tiles it hands
     back (``NEEDS_UNITS``) to the int64-units kernel, so each call compiles only the
     kernels its scores need.
     """
@@ -346,7 +358,24 @@ def _enumerate(
         import numba
 
         chunks = 4 * numba.get_num_threads()
-    if fraction_bits == 23:
+    if fraction_bits == 23 and (n, m) == (2, 4) and not _SCAN_2TO4:
+        floats = bits.view(np.float32)
+        tables = kernels.meet_in_middle_tables(pattern_table(2, 4)[0], 2)
+        slots = len(tables[2])
+        mask_words = mask.view(np.uint32)
+        outputs = (mask_words, status, kept_units, exponents)
+        if parallel:
+            scratch = kernels.scratch_2to4(slots, chunks)
+            kernels.enumerate_2to4_float32_tiles_parallel(
+                bits, floats, tables, chunks, sums, *outputs, scratch
+            )
+        else:
+            scratch = kernels.scratch_2to4(slots)
+            kernels.enumerate_2to4_float32_tiles(
+                bits, floats, tables, 0, tiles, sums, *outputs, scratch
+            )
+        tile_list = np.flatnonzero(status == NEEDS_UNITS).astype(np.int64)
+    elif fraction_bits == 23:
         floats = bits.view(np.float32)
         mask_words = mask.view(np.uint32) if m == 4 else np.empty((0, 0), np.uint32)
         tables = (choice_columns, table, choice_words)
