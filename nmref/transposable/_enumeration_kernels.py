@@ -674,6 +674,13 @@ def enumerate_2to4_float32_tiles(
             slot = lower[p, 2]
             source = lower[p, 3]
             target = lower[p, 4]
+            if source == 2:
+                # A slot's first candidate: nothing to compare with (6 of the 19 slots
+                # have no other).
+                for b in range(lanes):
+                    lower_best[target, slot, b] = row_sums[2, a, b] + row_sums[3, c, b]
+                    lower_arg[target, slot, b] = p
+                continue
             for b in range(lanes):
                 value = row_sums[2, a, b] + row_sums[3, c, b]
                 old = lower_best[source, slot, b]
