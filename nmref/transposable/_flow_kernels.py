@@ -32,7 +32,13 @@ every slice is a new array whose reference count Numba updates atomically
 gets its per-node state as one 2-D array (every array argument is refcounted on
 every call); indices that are not loop variables are unsigned where it
 matters, so Numba emits no negative-index wraparound code (~12% in the direct
-moves). Figures: ``benchmarks/bench_transposable.py``.
+moves). A select stored back to the address it was loaded from (``x[k] =
+min(x[k], y)``) is turned by LLVM into a masked store, which is slow on the
+x86 cores this runs on (AMD Zen: 20-30% of the 32:64 kernel); the network,
+the relaxations and the direct moves therefore take minima, maxima and
+conditional updates from the sign of a difference (``d >> 63``), with every
+operand below ``2**62`` in magnitude so that the difference cannot overflow.
+Figures: ``benchmarks/bench_transposable.py``.
 
 For the same reasons the column and row passes (direct moves, settles) are
 written out once per direction rather than shared through a helper over slices,
@@ -197,8 +203,12 @@ def _select_lanes(sort, network):  # pragma: no cover
         for t in range(sort.shape[1]):
             x = sort[a, t]
             y = sort[b, t]
-            sort[a, t] = max(x, y)
-            sort[b, t] = min(x, y)
+            # max and min by the sign of the difference (|keys| < 2**62): selects stored
+            # back where they were loaded would become (slow) masked stores.
+            difference = y - x
+            up = difference & ~(difference >> np.int64(63))
+            sort[a, t] = x + up
+            sort[b, t] = y - up
 
 
 @numba.njit(cache=True, nogil=True)
@@ -279,7 +289,9 @@ def _start_lanes(
                 count[t] += kept_lanes[i * m + j, t]
         for t in range(lanes):
             nth = sort[wire, t]
-            row_potential[i, t] = (nth >> index_bits) if count[t] > n else row_potential[i, t]
+            new = nth >> index_bits
+            keep_old = np.int64(count[t] <= n)
+            row_potential[i, t] = new + ((row_potential[i, t] - new) & -keep_old)
         for j in range(m):
             for t in range(lanes):
                 kept_lanes[i * m + j, t] *= np.int64(key_lanes[i * m + j, t] >= sort[wire, t])
@@ -350,7 +362,7 @@ def _ssp_tile(w, w_t, kept, kept_t, m, n, width, potential, nodes):  # pragma: n
             best_value = BELOW_ALL
             for i in range(m):
                 k = column + np.uint64(i)
-                value = w_t[k] - nodes[_ROW_POTENTIAL, i] - kept_t[k] * KEPT_PENALTY
+                value = w_t[k] - nodes[_ROW_POTENTIAL, i] - ((-kept_t[k]) & KEPT_PENALTY)
                 best_row += (i - best_row) * np.int64(value > best_value)
                 best_value = max(value, best_value)
             if nodes[_ROW_KEPT, best_row] >= n:
@@ -368,7 +380,7 @@ def _ssp_tile(w, w_t, kept, kept_t, m, n, width, potential, nodes):  # pragma: n
             best_value = BELOW_ALL
             for j in range(m):
                 k = row + np.uint64(j)
-                value = w[k] + nodes[_COLUMN_POTENTIAL, j] - kept[k] * KEPT_PENALTY
+                value = w[k] + nodes[_COLUMN_POTENTIAL, j] - ((-kept[k]) & KEPT_PENALTY)
                 best_column += (j - best_column) * np.int64(value > best_value)
                 best_value = max(value, best_value)
             if nodes[_COLUMN_KEPT, best_column] >= n:
@@ -414,7 +426,7 @@ def _ssp_tile(w, w_t, kept, kept_t, m, n, width, potential, nodes):  # pragma: n
             nodes[_COLUMN_REACHED, i] = unreached
             deficit = np.int64(i < m) * np.int64(nodes[_ROW_KEPT, i] < n)
             from_source = source_potential - nodes[_ROW_POTENTIAL, i]
-            nodes[_ROW_REACHED, i] = deficit * from_source + (1 - deficit) * unreached
+            nodes[_ROW_REACHED, i] = from_source if deficit else unreached
             nodes[_ROW_PARENT, i] = -1
         sink_reached = unreached
         sink_parent = -1
@@ -439,12 +451,16 @@ def _ssp_tile(w, w_t, kept, kept_t, m, n, width, potential, nodes):  # pragma: n
                     # Real arcs have candidate >= 0; a blocked one is lifted to >= unreached.
                     candidate = max(
                         base - w[row + np.uint64(j)] - nodes[_COLUMN_POTENTIAL, j],
-                        blocked * unreached,
+                        (-blocked) & unreached,
                     )
                     old = nodes[_COLUMN_REACHED, j]
-                    better = np.int64(candidate < old)
-                    nodes[_COLUMN_REACHED, j] = min(candidate, old)
-                    nodes[_COLUMN_PARENT, j] += (i - nodes[_COLUMN_PARENT, j]) * better
+                    parent = nodes[_COLUMN_PARENT, j]
+                    # Branch-free min by the sign of the difference (|values| < 2**62): a
+                    # select stored back where it was loaded becomes a masked store.
+                    difference = candidate - old
+                    lower = difference >> np.int64(63)
+                    nodes[_COLUMN_REACHED, j] = old + (difference & lower)
+                    nodes[_COLUMN_PARENT, j] = parent + ((i - parent) & lower)
             elif best_column_distance == best_distance:
                 j = _settle_nearest(
                     nodes,
@@ -461,12 +477,16 @@ def _ssp_tile(w, w_t, kept, kept_t, m, n, width, potential, nodes):  # pragma: n
                     blocked = (1 - kept_t[column + np.uint64(i)]) | nodes[_ROW_SETTLED, i]
                     candidate = max(
                         base + w_t[column + np.uint64(i)] - nodes[_ROW_POTENTIAL, i],
-                        blocked * unreached,
+                        (-blocked) & unreached,
                     )
                     old = nodes[_ROW_REACHED, i]
-                    better = np.int64(candidate < old)
-                    nodes[_ROW_REACHED, i] = min(candidate, old)
-                    nodes[_ROW_PARENT, i] += (j - nodes[_ROW_PARENT, i]) * better
+                    parent = nodes[_ROW_PARENT, i]
+                    # Branch-free min by the sign of the difference (|values| < 2**62): a
+                    # select stored back where it was loaded becomes a masked store.
+                    difference = candidate - old
+                    lower = difference >> np.int64(63)
+                    nodes[_ROW_REACHED, i] = old + (difference & lower)
+                    nodes[_ROW_PARENT, i] = parent + ((j - parent) & lower)
                 if nodes[_COLUMN_KEPT, j] < n:
                     candidate = base - sink_potential
                     if candidate < sink_reached:
@@ -484,11 +504,11 @@ def _ssp_tile(w, w_t, kept, kept_t, m, n, width, potential, nodes):  # pragma: n
         for i in range(width):
             real = np.int64(i < m)
             settled = nodes[_ROW_SETTLED, i]
-            step = settled * nodes[_ROW_DISTANCE, i] + (1 - settled) * sink_distance
-            nodes[_ROW_POTENTIAL, i] += real * step
+            step = nodes[_ROW_DISTANCE, i] if settled else sink_distance
+            nodes[_ROW_POTENTIAL, i] += step if i < m else 0
             settled = nodes[_COLUMN_SETTLED, i]
-            step = settled * nodes[_COLUMN_DISTANCE, i] + (1 - settled) * sink_distance
-            nodes[_COLUMN_POTENTIAL, i] += real * step
+            step = nodes[_COLUMN_DISTANCE, i] if settled else sink_distance
+            nodes[_COLUMN_POTENTIAL, i] += step if i < m else 0
         # Augment: the sink's column gains a unit; walk back keeping the
         # row -> column entries and dropping the column -> row ones.
         j = sink_parent
