@@ -103,13 +103,14 @@ def greedy_tiles(bits, kind, n, m, prune_form, mask, scratch):  # pragma: no cov
                 for j in range(m):
                     mask[r0 + i, c0 + j] = False
             for position in range(size):
+                # Without branches: whether an entry fits is a coin toss on random data.
                 k = order[position]
                 i = k // m
-                j = k % m
-                if row_count[i] < n and column_count[j] < n:
-                    mask[r0 + i, c0 + j] = True
-                    row_count[i] += 1
-                    column_count[j] += 1
+                j = k - i * m
+                keep = np.int64(row_count[i] < n) & np.int64(column_count[j] < n)
+                mask[r0 + i, c0 + j] = keep != 0
+                row_count[i] += keep
+                column_count[j] += keep
         else:
             for i in range(m):
                 for j in range(m):
@@ -117,11 +118,11 @@ def greedy_tiles(bits, kind, n, m, prune_form, mask, scratch):  # pragma: no cov
             for position in range(size - 1, -1, -1):
                 k = order[position]
                 i = k // m
-                j = k % m
-                if row_count[i] < m - n or column_count[j] < m - n:
-                    mask[r0 + i, c0 + j] = False
-                    row_count[i] += 1
-                    column_count[j] += 1
+                j = k - i * m
+                prune = np.int64(row_count[i] < m - n) | np.int64(column_count[j] < m - n)
+                mask[r0 + i, c0 + j] = prune == 0
+                row_count[i] += prune
+                column_count[j] += prune
 
 
 def greedy_scratch(m: int) -> tuple:
