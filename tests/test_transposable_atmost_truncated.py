@@ -271,6 +271,34 @@ def test_m_64_wide_tile_at_most_is_certified_on_truncated_units():
     np.testing.assert_array_equal(masks[0], masks[1])
 
 
+def test_the_exact_start_of_a_truncated_tile_is_in_the_same_units():
+    """Step 0 reads the exact kernel's duals only where its exponent equals the at-most
+    kernel's; both truncate a too-wide tile to the same ``b`` (float32 and float64, normal
+    and subnormal scores), so the exactly-n start is really tried on truncated tiles."""
+    from nmref.transposable import _flow_kernels
+
+    rng = np.random.default_rng(8)
+    tiles = [wide_tile(rng, 8, kind) for kind in KINDS]
+    tiles.append(np.abs(rng.standard_normal((8, 8))) * 2.0**-1060)  # float64 subnormals
+    tiles.append(np.abs(rng.standard_normal((8, 8))).astype(np.float32) * np.float32(2.0**-140))
+    compared = 0
+    for scores in tiles:
+        bits, fraction_bits = kernel_bits(scores)
+        status = np.full(1, TOO_WIDE, dtype=np.int8)
+        exponents = np.zeros(1, dtype=np.int64)
+        _flow_kernels.exact_tiles(
+            bits, fraction_bits, 4, 8, max_unit_bits(8), np.zeros(1, dtype=np.int64),
+            np.empty((8, 8), dtype=bool), status, np.zeros(1, dtype=np.int64), exponents,
+            np.zeros((1, 8), dtype=np.int64), np.zeros((1, 8), dtype=np.int64),
+        )  # fmt: skip
+        _, at_most_status, at_most_exponents, _, _ = kernel(scores, 4, 8)
+        if status[0] == SOLVED_TRUNCATED:
+            assert at_most_status[0] in (SOLVED_TRUNCATED, TOO_WIDE)
+            assert at_most_exponents[0] == exponents[0]
+            compared += 1
+    assert compared >= len(KINDS) - 1
+
+
 @pytest.mark.slow
 def test_m_64_wide_tile_at_most_equals_the_readable_solver():
     # The readable solver's oracle tie pass takes minutes on one 32:64 tile.
