@@ -207,15 +207,22 @@ def test_parallel_equals_serial_for_every_thread_count():
         numba.set_num_threads(threads)
 
 
-def test_tiles_too_wide_for_int64_fall_back_to_the_readable_solver():
-    # float64 significands 2**52 apart in binades: beyond max_unit_bits, the kernel hands
-    # the tile back (status TOO_WIDE) and the readable solver answers.
+def test_tiles_too_wide_for_int64_are_certified_or_fall_back_to_the_readable_solver():
+    # Both wide tiles are beyond max_unit_bits. Next to 1e200 the ordinary scores decide
+    # far below the truncation: no certificate, the kernel hands the tile back (TOO_WIDE)
+    # and the readable solver answers. The 1e-200 tile is decided above it: certified on
+    # truncated units (SOLVED_TRUNCATED; more in test_transposable_atmost_truncated.py).
+    # Both have exact kept sums recomputed in Python (kept_exact).
+    from nmref.transposable._kernel_contract import SOLVED, SOLVED_TRUNCATED, TOO_WIDE
+
     rng = np.random.default_rng(5)
     scores = rng.standard_normal((8, 8)).astype(np.float32).astype(np.float64)
     scores[0, 0] = 1e200
     scores[4, 4] = 1e-200
-    result = solve_at_most(scores, nm_pattern(2, 4))
-    assert set(result.kept_exact) == {0, 3}
+    for from_exact in (True, False):
+        result = solve_at_most(scores, nm_pattern(2, 4), from_exact=from_exact)
+        assert result.status.tolist() == [TOO_WIDE, SOLVED, SOLVED, SOLVED_TRUNCATED]
+        assert set(result.kept_exact) == {0, 3}
     _assert_kernel_is_readable(scores, 2, 4)
 
 

@@ -244,6 +244,8 @@ def transposable_mask(
     potentials (Bellman-Ford on the slackness constraints); only a near tie
     below the truncation sends a tile to the Python-int reference (exact,
     about 1000x slower; a ``RuntimeWarning`` says so when 64 or more tiles go).
+    ``fill="at_most"`` has the same certified path (on units that keep one
+    sticky bit, with the certificate's sign and zero conditions; spec T2).
 
     References
     ----------

@@ -9,7 +9,8 @@ values never change. No ``fastmath``; ``parallel`` only in
 :func:`at_most_tiles_parallel`, whose tiles are independent (the result does not
 depend on the thread count; tested).
 
-Per tile (units: exact int64 after one power-of-two scaling, spec T5):
+Per tile (units: exact int64 after one power-of-two scaling, spec T5; a tile too wide
+for them takes the certified path of step 4):
 
 0. **The exactly-n optimum first** (:func:`_start_from_exact`): the driver runs the
    exact flow kernel beforehand; its full mask is at-most optimal iff some duals
@@ -46,9 +47,57 @@ Per tile (units: exact int64 after one power-of-two scaling, spec T5):
    entry, O(m^4) per tile in the worst case; but first a peel (:func:`_acyclic`)
    shows on generic data that the whole graph has no cycle, and then nothing switches.
 
-Tile status codes (``_kernel_contract``): ``SOLVED``; ``TOO_WIDE`` (dynamic range
-too wide for int64 units, or a potential beyond ``POTENTIAL_LIMIT``: the driver
-solves the tile with the readable Python-int solver); ``NOT_FINITE``.
+4. **Tiles too wide for int64 units: sticky units plus a certificate** (status
+   ``SOLVED_TRUNCATED``, as the exact kernel's path of spec T5). With ``b`` the
+   exponent the exact kernel truncates to, ``U`` the true scores in units of
+   ``2**(b + 1)``, ``H = floor(U)`` and ``e = [U != H]``, steps 0-3 run on the
+   **sticky units** ``W = 2 H + e`` (units of ``2**b``, at most ``max_unit_bits``
+   bits): exact entries are even, and an inexact one is odd, the midpoint of the
+   interval ``(2 H, 2 H + 2)`` that holds ``2 U``. The mask is then kept only with
+   **integer** duals ``(u, v)`` in units of ``2**(b + 1)`` that meet the five
+   conditions of the at-most certificate for ``U`` itself (:func:`_certify_at_most`):
+
+   * kept entries ``u_i + v_j <= U_ij``, i.e. ``u_i + v_j <= H_ij`` (``u + v`` is
+     an integer and ``H = floor(U)``);
+   * dropped entries ``u_i + v_j >= U_ij``, i.e. ``u_i + v_j >= H_ij + e_ij``
+     (``= ceil(U)``);
+   * ``u_i >= 0``, ``v_j >= 0``;
+   * ``u_i = 0`` where row ``i`` keeps fewer than ``n``, ``v_j = 0`` where column
+     ``j`` does.
+
+   Each is equivalent to the true condition for integer duals, and all are
+   difference constraints (an extra node ``z`` at 0 carries the signs and the
+   zeros), so Bellman-Ford from the solver's duals halved finds such duals or
+   proves there are none; then no integer certificate exists for **any** mask
+   (the optimum is decided below the truncation, a near tie), and the tile goes
+   back to the readable solver (``TOO_WIDE``). Why the sticky units and not the
+   floors: if integer duals ``(u, v)`` certify some mask ``X`` for ``U``, then
+   ``(2u, 2v)`` certify ``X`` for ``W`` (``2H <= W`` on kept, ``W <= 2H + 2e`` on
+   dropped entries), so they are optimal duals of the ``W`` problem, and every
+   ``W``-optimal ``Y`` meets complementary slackness with them: kept
+   ``2(u + v) <= W = 2H + e`` gives ``u + v <= H``, dropped ``2(u + v) >= 2H + e``
+   gives ``u + v >= H + e``, and a positive dual sits on a full line of ``Y``.
+   So whatever optimum steps 0-1 return, the certification fails only where no
+   integer certificate exists at all. On floor units it would fail more often:
+   a tiny positive score floored to 0 ties with "not keeping" (``H = 0``), the
+   solver need not keep it, and a dropped entry with ``e = 1`` on a row and a
+   column with room (``u = v = 0``) violates ``u + v >= 1``. The exactly-``n``
+   start (step 0) takes the exact kernel's certified truncated optimum (same
+   exponent ``b``) and runs the same certification from its shifted duals; a
+   failure there only sends the tile to step 1. Step 3 then runs unchanged on
+   ``W`` with the duals doubled (``2u, 2v``, the returned potentials, exponent
+   ``b``): an entry is tight iff ``W == 2u + 2v``, which an odd ``W`` never is. That
+   is the right notion for ``U``: an inexact ``U`` is never an integer, so never
+   equals ``u + v``, and against zero duals (``u_i = v_j = 0``) an inexact entry
+   is strictly positive (kept, with room) or strictly negative (dropped) in every
+   optimum, never a tie to break; an exact entry is tight for ``U`` iff
+   ``H = u + v``. The kept sum in sticky units is not exact: the driver recomputes
+   it with Python ints (``_driver._finish``), as for the exact fill.
+
+Tile status codes (``_kernel_contract``): ``SOLVED``; ``SOLVED_TRUNCATED`` (step 4:
+mask and potentials exact, kept units not); ``TOO_WIDE`` (the step-4 certificate
+does not exist, or a potential beyond ``POTENTIAL_LIMIT``: the driver solves the
+tile with the readable Python-int solver); ``NOT_FINITE``.
 """
 
 from __future__ import annotations
@@ -56,7 +105,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from nmref.transposable._kernel_contract import NOT_FINITE, SOLVED, TOO_WIDE
+from nmref.transposable._kernel_contract import NOT_FINITE, SOLVED, SOLVED_TRUNCATED, TOO_WIDE
 
 # Potentials beyond this hand the tile back (see _ssp_at_most): with units below
 # 2**max_unit_bits(m) every distance then stays below UNREACHED.
@@ -109,11 +158,56 @@ def _load_units(bits, r0, c0, m, fraction_bits, max_bits, units):  # pragma: no 
     if highest < lowest:
         return SOLVED, 0
     if highest - lowest + 1 > max_bits:
-        return TOO_WIDE, 0
+        return SOLVED_TRUNCATED, _sticky_units(m, max_bits, units)
     for k in range(m * m):
         if units[k] != 0:
             units[k] <<= units[m * m + k] - lowest
     return SOLVED, lowest
+
+
+@numba.njit(cache=True, nogil=True)
+def _sticky_units(m, max_bits, units):  # pragma: no cover
+    """Sticky units ``W = 2 H + e`` of a tile too wide for int64; returns their exponent.
+
+    ``units`` holds what :func:`_load_units` decoded (signed significand ``k``, its
+    scale at ``m * m + k``). With ``b`` the exponent the exact kernel's
+    ``_truncate_tile`` chooses (the same, so its duals can be read here) and
+    ``U = score / 2**(b + 1)``: ``H = floor(U)``, ``e = [U != H]`` and
+    ``W = 2 H + e`` in units of ``2**b`` (module docstring, step 4): even where
+    exact, odd (the midpoint of ``(2 H, 2 H + 2)``) where the floor dropped bits;
+    ``|W| <= 2**max_bits``.
+    """
+    lowest = 1 << 30
+    highest = -(1 << 30)
+    for k in range(m * m):
+        magnitude = abs(units[k])
+        if magnitude != 0:
+            scale = units[m * m + k]
+            top = scale
+            while magnitude > 1:
+                magnitude >>= 1
+                top += 1
+            lowest = min(lowest, scale)
+            highest = max(highest, top)
+    base = max(highest + 1 - max_bits, lowest)
+    coarse = base + 1
+    for k in range(m * m):
+        magnitude = abs(units[k])
+        if magnitude == 0:
+            continue
+        shift = units[m * m + k] - coarse
+        if shift >= 0:
+            quotient = magnitude << shift
+            remainder = np.int64(0)
+        elif shift <= -62:
+            quotient = np.int64(0)
+            remainder = np.int64(1)
+        else:
+            quotient = magnitude >> (-shift)
+            remainder = magnitude & ((np.int64(1) << (-shift)) - 1)
+        sticky = 2 * quotient + np.int64(remainder != 0)
+        units[k] = -sticky if units[k] < 0 else sticky
+    return base
 
 
 @numba.njit(cache=True, nogil=True)
@@ -253,7 +347,7 @@ def _ssp_at_most(
 
 @numba.njit(cache=True, nogil=True)
 def _start_from_exact(
-    w, m, n, t, exact_mask, r0, c0, exact_u, exact_v, kept, row_count, column_count, u, v
+    w, m, n, t, exact_mask, r0, c0, exact_u, exact_v, kept, row_count, column_count, u, v, truncated
 ):  # pragma: no cover
     """Take the exactly-``n`` optimum when it is also an at-most optimum; True if so.
 
@@ -262,10 +356,11 @@ def _start_from_exact(
     void on full lines). The exact kernel's duals ``(u, v)`` certify its mask, and
     so does every shift ``(u + c, v - c)``: if ``min u + min v >= 0``, ``c = -min u``
     gives the certificate in O(m^2). Otherwise the conditions are difference
-    constraints (``u_i - y_j <= w`` on kept, ``>= w`` on dropped entries, with
-    ``y = -v``; ``u >= 0 >= y`` against one extra node at 0), decided exactly by
-    Bellman-Ford from the shifted duals (O(m^3)): feasible gives the certificate,
-    a negative cycle proves that keeping fewer is strictly better.
+    constraints, decided exactly by Bellman-Ford from the shifted duals
+    (:func:`_certify_at_most`, O(m^3)): feasible gives the certificate, a negative
+    cycle proves that keeping fewer is strictly better. ``truncated`` (sticky units,
+    step 4): the shifted duals are only where :func:`_certify_at_most` starts, and a
+    failure only sends the tile to step 1.
     """
     lowest_u = exact_u[t, 0]
     lowest_v = exact_v[t, 0]
@@ -279,24 +374,44 @@ def _start_from_exact(
         column_count[i] = n
         for j in range(m):
             kept[i * m + j] = np.int64(exact_mask[r0 + i, c0 + j])
-    if lowest_u + lowest_v >= 0:
+    if lowest_u + lowest_v >= 0 and not truncated:
         return True
-    # Bellman-Ford on x = (u, y, z): rows u[i], columns y[j] = -v[j] (stored in v), z.
+    return _certify_at_most(w, m, n, kept, row_count, column_count, u, v, truncated)
+
+
+@numba.njit(cache=True, nogil=True)
+def _certify_at_most(w, m, n, kept, row_count, column_count, u, v, truncated):  # pragma: no cover
+    """Bellman-Ford from ``(u, v)`` to duals that prove ``kept`` at-most optimal; True if found.
+
+    The five conditions of the at-most certificate (spec T2) are difference
+    constraints on ``x = (u, y, z)`` with ``y = -v`` and one extra node ``z`` (the
+    zero): ``u_i - y_j <= c_ij`` on kept entries, ``y_j - u_i <= -d_ij`` on dropped
+    ones, ``z <= u_i`` and ``y_j <= z`` (signs), ``u_i <= z`` where row ``i`` has
+    room and ``z <= y_j`` where column ``j`` has (zeros). Exact units: ``c = d = w``.
+    ``truncated`` (sticky units ``w = 2 H + e``, module docstring step 4): the
+    potentials live in units of 2 (the floor units ``H``), with ``c = floor(w / 2) = H``
+    and ``d = ceil(w / 2) = H + e``; on return ``u, v`` are back in ``w``'s units
+    (even). Relaxing every constraint until nothing changes gives the greatest
+    solution below the start, or after ``2m + 2`` rounds (``2m + 1`` nodes) proves a
+    negative cycle: no such duals. O(m^2) per round. Sets ``u = u - z``, ``v = z - y``.
+    """
+    half = np.int64(1) if truncated else np.int64(0)
     z = np.int64(0)
     for i in range(m):
-        v[i] = -v[i]
+        u[i] >>= half
+        v[i] = -(v[i] >> half)  # y = -v, in place
     for _ in range(2 * m + 2):
         changed = False
         for i in range(m):
             for j in range(m):
                 k = i * m + j
-                if kept[k] != 0:  # u_i <= y_j + w
-                    bound = v[j] + w[k]
+                if kept[k] != 0:  # u_i <= y_j + c
+                    bound = v[j] + (w[k] >> half)
                     if u[i] > bound:
                         u[i] = bound
                         changed = True
-                else:  # y_j <= u_i - w
-                    bound = u[i] - w[k]
+                else:  # y_j <= u_i - d
+                    bound = u[i] - ((w[k] + half) >> half)
                     if v[j] > bound:
                         v[j] = bound
                         changed = True
@@ -304,13 +419,20 @@ def _start_from_exact(
             if z > u[i]:  # z <= u_i
                 z = u[i]
                 changed = True
-            if v[i] > z:  # y_j <= z
-                v[i] = z
+            if row_count[i] < n and u[i] > z:  # u_i <= z: a row with room has u = 0
+                u[i] = z
+                changed = True
+        for j in range(m):
+            if v[j] > z:  # y_j <= z
+                v[j] = z
+                changed = True
+            if column_count[j] < n and z > v[j]:  # z <= y_j: a column with room has v = 0
+                z = v[j]
                 changed = True
         if not changed:
             for i in range(m):
-                u[i] -= z
-                v[i] = z - v[i]
+                u[i] = (u[i] - z) << half
+                v[i] = (z - v[i]) << half
                 if abs(u[i]) > POTENTIAL_LIMIT or abs(v[i]) > POTENTIAL_LIMIT:
                     return False
             return True
@@ -512,16 +634,19 @@ def _at_most_range(
         code, exponent = _load_units(bits, r0, c0, m, fraction_bits, max_bits, units)
         status[t] = code
         exponents[t] = exponent
-        if code != SOLVED:
+        if code != SOLVED and code != SOLVED_TRUNCATED:
             continue
+        truncated = code == SOLVED_TRUNCATED
+        # The exact kernel truncates a too-wide tile to the same exponent (its status is
+        # then SOLVED_TRUNCATED too), so its duals are in these units.
         ok = (
             use_exact
             and n > 0
-            and exact_status[t] == SOLVED
+            and exact_status[t] == code
             and exact_exponents[t] == exponent
             and _start_from_exact(
                 units, m, n, t, exact_mask, r0, c0, exact_u, exact_v, kept, row_count,
-                column_count, u, v,
+                column_count, u, v, truncated,
             )
         )  # fmt: skip
         if not ok:
@@ -529,6 +654,9 @@ def _at_most_range(
                 units, m, n, kept, row_count, column_count, potential, distance, parent,
                 settled, u, v,
             )  # fmt: skip
+            if ok and truncated:
+                # Optimal for the sticky units; certified for the true scores, or handed back.
+                ok = _certify_at_most(units, m, n, kept, row_count, column_count, u, v, True)
         if not ok:
             status[t] = TOO_WIDE
             continue

@@ -75,6 +75,9 @@ class ExactResult(NamedTuple):
     kept_exact: dict[int, tuple[int, int]]  # tiles solved in Python: (units, exponent)
     row_potentials: NDArray[np.float64] | None
     column_potentials: NDArray[np.float64] | None
+    # per tile, as the kernels left it: SOLVED, SOLVED_TRUNCATED (certified from truncated
+    # units), TOO_WIDE (solved in Python; so are retried SOLVED tiles, see _finish)
+    status: NDArray[np.int8]
 
 
 def solve_exact(
@@ -159,7 +162,9 @@ def solve_at_most(
 
     ``method="exact"``: the Numba kernel
     :mod:`~nmref.transposable._at_most_kernels` (O(n m^3) per tile plus the tie
-    pass); tiles it hands back (too wide for int64 units) go to the readable
+    pass; tiles too wide for int64 units by its certified truncated path, status
+    ``SOLVED_TRUNCATED``, whose kept sums :func:`_finish` recomputes); tiles it hands
+    back (no certificate on truncated units: a near tie) go to the readable
     :func:`nmref.transposable.flow.solve_tile_at_most`, which returns the same
     canonical mask. ``"brute"``:
     :func:`~nmref.transposable.patterns.brute_tile_at_most` (``m <= 4``), in Python.
@@ -323,6 +328,7 @@ def _finish(
         kept_exact,
         row_potentials,
         column_potentials,
+        status,
     )
 
 
