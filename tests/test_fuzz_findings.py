@@ -269,3 +269,13 @@ def test_channel_permutation_objective_of_a_matrix_without_columns_is_zero() -> 
     assert nmref.count_column_partitions(0, 2**70) == 1  # was OverflowError in factorial
     with pytest.raises(ValueError, match="counting stops at columns <="):
         nmref.count_column_partitions(2**20, 4)
+
+
+def test_an_unrepresentable_certificate_names_the_scores() -> None:
+    # 3.0 next to 3.7e-240 in one tile: the dual potentials need more than float64's range
+    # of exact values. The error was right but named no argument (random-profile fuzzing).
+    scores = np.zeros((4, 8))
+    scores[0, 5] = 3.0
+    scores[1, 5] = 3.7e-240
+    with pytest.raises(ValueError, match=r"^scores: a certificate potential is not representable"):
+        nmref.transposable_certificate(scores, 1, 4, fill="exact")

@@ -7,6 +7,7 @@ solver. Either way the mask is the readable solver's, bit for bit.
 
 from __future__ import annotations
 
+import os
 import warnings
 from fractions import Fraction
 
@@ -160,7 +161,10 @@ def check_wide_tiles(tiles: list[np.ndarray], n: int, m: int, oracle: str = "rea
     return statuses
 
 
-@pytest.mark.parametrize(("n", "m", "count"), [(2, 4, 6), (4, 8, 3), (8, 16, 2), (16, 32, 1)])
+@pytest.mark.parametrize(
+    ("n", "m", "count"),
+    [(2, 4, 6), (4, 8, 3), (8, 16, 2), pytest.param(16, 32, 1, marks=pytest.mark.slow)],
+)
 def test_wide_tiles_at_most_equal_the_readable_solver(n, m, count):
     rng = np.random.default_rng(100 * m + n)
     kinds = [kind for kind in KINDS for _ in range(count)]
@@ -300,6 +304,12 @@ def test_the_exact_start_of_a_truncated_tile_is_in_the_same_units():
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("NMREF_LONG_TESTS"),
+    reason="the readable solver takes ~160 s on one 32:64 tile; set NMREF_LONG_TESTS=1 (CI "
+    "runs the kernel's own certificate check of this tile, test_m_64_wide_tile_at_most_is_"
+    "certified_on_truncated_units)",
+)
 def test_m_64_wide_tile_at_most_equals_the_readable_solver():
     # The readable solver's oracle tie pass takes minutes on one 32:64 tile.
     rng = np.random.default_rng(64)

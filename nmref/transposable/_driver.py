@@ -484,7 +484,7 @@ def _exact_float_array(
     values = np.ldexp(units.astype(np.float64), exponents.astype(np.int32)[:, None])
     if not _representable(units, exponents)[solved].all():
         raise ValueError(
-            "a certificate potential is not representable in float64; the tile's "
+            "scores: a certificate potential is not representable in float64; the tile's "
             "dynamic range is too wide for a float64 certificate"
         )
     return values
@@ -498,7 +498,7 @@ def _exact_floats(units, exponent: int) -> NDArray[np.float64]:
         value = float(exact)
         if Fraction(value) != exact:
             raise ValueError(
-                "a certificate potential is not representable in float64; the tile's "
+                "scores: a certificate potential is not representable in float64; the tile's "
                 "dynamic range is too wide for a float64 certificate"
             )
         values.append(value)
