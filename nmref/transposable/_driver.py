@@ -100,8 +100,10 @@ def solve_exact(
     status = np.full(tiles, TOO_WIDE, dtype=np.int8)
     kept_units = np.zeros(tiles, dtype=np.int64)
     exponents = np.zeros(tiles, dtype=np.int64)
-    row_units = np.zeros((tiles, m), dtype=np.int64)
-    column_units = np.zeros((tiles, m), dtype=np.int64)
+    # The certificate duals per tile, only when asked for (the flow kernel then skips them).
+    dual_tiles = tiles if potentials else 0
+    row_units = np.zeros((dual_tiles, m), dtype=np.int64)
+    column_units = np.zeros((dual_tiles, m), dtype=np.int64)
     prepared = kernel_bits(array) if tiles else None
     # method="flow" (private) forces the flow kernel, so tests can compare it
     # with the enumeration on small m.

@@ -769,6 +769,9 @@ def _exact_range(
     handed back (``TOO_WIDE``).
     """
     tiles_across = bits.shape[1] // m
+    # Potential outputs of no rows: the caller wants the mask alone (saves writing, and
+    # page-faulting, 2 m int64 per tile).
+    keep_potentials = row_potentials.shape[0] > 0
     nodes = 2 * m + 2
     lanes = START_LANES
     size = 1
@@ -928,9 +931,11 @@ def _exact_range(
                 inexact,
             )
             total = np.int64(0)
+            if keep_potentials:
+                for i in range(m):
+                    row_potentials[t, i] = potential[1 + i]
+                    column_potentials[t, i] = -potential[m + 1 + i]
             for i in range(m):
-                row_potentials[t, i] = potential[1 + i]
-                column_potentials[t, i] = -potential[m + 1 + i]
                 row = np.uint64(r0 + i)
                 for j in range(m):
                     keep = kept[np.uint64(i * m + j)]
