@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -272,3 +273,38 @@ def test_numba_disable_jit_runs_the_same_kernel():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_m_4_at_most_from_the_enumeration_start_equals_the_other_paths(n, dtype):
+    """m <= 4: the at-most kernel starts from the enumeration's exactly-n mask with duals
+    that certify nothing, so Bellman-Ford decides every tile (48 tiles of each kind); same masks as the at-most
+    successive shortest paths alone, as brute force and as the flow kernel's start (the
+    one certificates use), serially and in parallel."""
+    rng = np.random.default_rng(40 + n)
+    shape = (8, 4 * 24)
+    noise = rng.standard_normal(shape)
+    for case in (
+        np.abs(noise),
+        noise,
+        noise - 1.5,  # many lines keep fewer than n
+        np.round(noise * 2),  # tie-heavy
+        rng.integers(-1, 2, shape),
+        np.zeros(shape),
+    ):
+        scores = np.ascontiguousarray(case, dtype=dtype)
+        pattern = nm_pattern(n, 4)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # brute force runs in Python
+            expected = solve_at_most(scores, pattern, method="brute").mask
+        for parallel in (False, True):
+            np.testing.assert_array_equal(
+                solve_at_most(scores, pattern, parallel=parallel).mask, expected
+            )
+            np.testing.assert_array_equal(
+                solve_at_most(scores, pattern, parallel=parallel, from_exact=False).mask,
+                expected,
+            )
+        with_duals = solve_at_most(scores, pattern, potentials=True)  # the flow kernel's start
+        np.testing.assert_array_equal(with_duals.mask, expected)

@@ -113,16 +113,8 @@ def solve_exact(
     if prepared is not None:
         bits, fraction_bits = prepared
         if use_enumeration:
-            choices, table = pattern_table(n, m)
-            choice_columns = np.zeros((len(choices), max(n, 1)), dtype=np.int64)
-            for index, choice in enumerate(choices):
-                choice_columns[index, :n] = np.flatnonzero(choice)
-            # Each row choice as 4 mask bytes in one word (used when m == 4).
-            choice_words = (choices[:, :4].astype(np.uint32) << (8 * np.arange(min(m, 4)))).sum(
-                axis=1, dtype=np.uint32
-            )
             _enumerate(
-                bits, fraction_bits, pattern, choice_columns, table, choice_words, parallel,
+                bits, fraction_bits, pattern, *_enumeration_tables(pattern), parallel,
                 mask, status, kept_units, exponents, sums,
             )  # fmt: skip
         else:
@@ -149,6 +141,20 @@ def solve_exact(
         array, pattern, mask, status, kept_units, exponents, row_units, column_units,
         python_solver, potentials=potentials, sums=sums,
     )  # fmt: skip
+
+
+def _enumeration_tables(pattern: Pattern) -> tuple:
+    """``(choice_columns, table, choice_words)`` of the enumeration kernels."""
+    n, m = pattern
+    choices, table = pattern_table(n, m)
+    choice_columns = np.zeros((len(choices), max(n, 1)), dtype=np.int64)
+    for index, choice in enumerate(choices):
+        choice_columns[index, :n] = np.flatnonzero(choice)
+    # Each row choice as 4 mask bytes in one word (used when m == 4).
+    choice_words = (choices[:, :4].astype(np.uint32) << (8 * np.arange(min(m, 4)))).sum(
+        axis=1, dtype=np.uint32
+    )
+    return choice_columns, table, choice_words
 
 
 def solve_at_most(
@@ -188,7 +194,24 @@ def solve_at_most(
 
         bits, fraction_bits = prepared
         tile_list = np.arange(tiles, dtype=np.int64)
-        if from_exact and n > 0:
+        if from_exact and n > 0 and not potentials and enumeration_is_fast(pattern):
+            # m <= 4: the exactly-n optimum from the enumeration (several times faster
+            # than the flow kernel there), without its duals. In their place duals that
+            # certify nothing (min u + min v = -1 < 0), so the at-most kernel always runs
+            # its Bellman-Ford, which decides the mask from any start (O(m^3); spec T2).
+            # Certificates keep the flow kernel's start below: their duals do not change.
+            exact = (
+                np.empty(array.shape, dtype=bool),
+                np.full(tiles, TOO_WIDE, dtype=np.int8),
+                np.zeros(tiles, dtype=np.int64),
+                np.zeros((tiles, m), dtype=np.int64),
+                np.full((tiles, m), -1, dtype=np.int64),
+            )
+            _enumerate(
+                bits, fraction_bits, pattern, *_enumeration_tables(pattern), parallel,
+                exact[0], exact[1], np.zeros(tiles, dtype=np.int64), exact[2],
+            )  # fmt: skip
+        elif from_exact and n > 0:
             # The exactly-n flow kernel first: where its optimum is also at-most optimal
             # (most tiles of non-negative scores) the at-most kernel only certifies it.
             exact = (
