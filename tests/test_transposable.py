@@ -633,11 +633,17 @@ def test_greedy_kernel_orders_equal_the_reference_on_both_sides_of_64_entries(n,
         rng.integers(2**64 - 4, 2**64 - 1, (m, m), dtype=np.uint64, endpoint=True),
         rng.choice([-5e-324, 0.0, -0.0, 5e-324, -1.0, 1.0, -1e308, 1e308], (m, 2 * m)),
         np.full((m, m), -2.5),
+        # float32 keys (kind 3): signed zeros, subnormals, ties and both signs.
+        rng.choice(
+            np.array([-1e-45, 0.0, -0.0, 1e-45, -1.0, 1.0, -3e38, 3e38], np.float32), (m, m)
+        ),
+        np.round(rng.standard_normal((2 * m, 2 * m)) * 2).astype(np.float32),
     ):
         for method in ("greedy", "greedy-prune"):
+            with kernels_only():
+                kernel = transposable_mask(scores, n, m, method=method)
             np.testing.assert_array_equal(
-                transposable_mask(scores, n, m, method=method),
-                transposable_mask_reference(scores, n, m, method=method),
+                kernel, transposable_mask_reference(scores, n, m, method=method)
             )
 
 

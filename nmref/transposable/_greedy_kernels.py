@@ -34,10 +34,12 @@ def _rank(key, m, i):  # pragma: no cover
 def greedy_tiles(bits, kind, n, m, prune_form, mask, scratch):  # pragma: no cover
     """Greedy mask of every tile; the scores must be finite (checked by the caller).
 
-    ``bits`` (uint64) are the scores' bits: of float64 (``kind`` 0), int64
-    (1) or uint64 (2) scores. Each becomes an unsigned key that orders like
-    the score and is equal exactly where the scores are (float64: -0.0 as
-    0.0, negative bits reversed; int64: sign bit flipped).
+    ``bits`` are the scores' bits: uint64 of float64 (``kind`` 0), int64
+    (1) or uint64 (2) scores, or uint32 of float32 scores (3). Each becomes an
+    unsigned key that orders like the score and is equal exactly where the
+    scores are (floats: -0.0 as 0.0, negative bits reversed; int64: sign bit
+    flipped); float32 keys fit in 32 bits, so the radix sort skips the upper
+    four bytes (a byte that is the same throughout costs no pass).
 
     Order: descending score, lower flat index first among equals. Keep form
     scans it from the front and keeps an entry while its row and column keep
@@ -52,6 +54,8 @@ def greedy_tiles(bits, kind, n, m, prune_form, mask, scratch):  # pragma: no cov
     tiles_across = bits.shape[1] // m
     tiles = (bits.shape[0] // m) * tiles_across
     sign = np.uint64(1) << np.uint64(63)
+    sign32 = np.uint64(1) << np.uint64(31)
+    low32 = np.uint64(0xFFFFFFFF)
     size = m * m
     tile_keys, sorted_keys, order, sorted_order, start, row_count, column_count = scratch
     for t in range(tiles):
@@ -60,8 +64,11 @@ def greedy_tiles(bits, kind, n, m, prune_form, mask, scratch):  # pragma: no cov
         for i in range(m):
             row = np.uint64(r0 + i)
             for j in range(m):
-                b = bits[row, np.uint64(c0 + j)]
-                if kind == 0:
+                b = np.uint64(bits[row, np.uint64(c0 + j)])
+                if kind == 3:
+                    b *= np.uint64(b != sign32)  # -0.0 is 0.0
+                    b = (~b & low32) if b >= sign32 else b | sign32
+                elif kind == 0:
                     b *= np.uint64(b != sign)  # -0.0 is 0.0
                     b = ~b if b >= sign else b | sign
                 elif kind == 1:
