@@ -23,7 +23,7 @@ from nmref.transposable import (
     transposable_mask,
     verify_certificate,
 )
-from nmref.transposable._driver import _flow_tiles, kernel_bits, solve_at_most
+from nmref.transposable._driver import exact_start, kernel_bits, solve_at_most
 from nmref.transposable._kernel_contract import SOLVED, SOLVED_TRUNCATED, TOO_WIDE, max_unit_bits
 from nmref.transposable.patterns import brute_tile_at_most
 from nmref.transposable.tiles import exact_integer_tile, iter_tiles
@@ -75,26 +75,8 @@ def kernel(scores: np.ndarray, n: int, m: int, *, from_exact: bool = True):
     tiles = (scores.shape[0] // m) * (scores.shape[1] // m)
     bits, fraction_bits = kernel_bits(scores)
     tile_list = np.arange(tiles, dtype=np.int64)
-    if from_exact:
-        exact = (
-            np.empty(scores.shape, dtype=bool),
-            np.full(tiles, TOO_WIDE, dtype=np.int8),
-            np.zeros(tiles, dtype=np.int64),
-            np.zeros((tiles, m), dtype=np.int64),
-            np.zeros((tiles, m), dtype=np.int64),
-        )
-        _flow_tiles(
-            bits, fraction_bits, check_pattern(n, m), tile_list, False, exact[0], exact[1],
-            np.zeros(tiles, dtype=np.int64), exact[2], exact[3], exact[4],
-        )  # fmt: skip
-    else:
-        exact = (
-            np.zeros((0, 0), dtype=bool),
-            np.zeros(0, dtype=np.int8),
-            np.zeros(0, dtype=np.int64),
-            np.zeros((0, 0), dtype=np.int64),
-            np.zeros((0, 0), dtype=np.int64),
-        )
+    start = "flow" if from_exact else "none"
+    exact = exact_start(bits, fraction_bits, check_pattern(n, m), scores.shape, False, start)
     outputs = (
         np.zeros(scores.shape, dtype=bool),
         np.full(tiles, TOO_WIDE, dtype=np.int8),

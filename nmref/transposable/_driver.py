@@ -157,6 +157,49 @@ def _enumeration_tables(pattern: Pattern) -> tuple:
     return choice_columns, table, choice_words
 
 
+def exact_start(
+    bits: NDArray, fraction_bits: int, pattern: Pattern, shape: tuple, parallel: bool, start: str
+) -> tuple:
+    """The exactly-``n`` start of the at-most kernel: ``(mask, status, exponents, u, v)``.
+
+    ``start="flow"``: the flow kernel's canonical optimum and its duals in units.
+    ``"enumeration"`` (``m <= 4``): the enumeration's optimum (several times faster
+    there) without its duals; in their place duals that certify nothing (``min u + min v
+    = -1 < 0``), so the at-most kernel always runs its Bellman-Ford, which decides the
+    mask from any start (O(m^3); spec T2). ``"none"``: empty arrays, every tile runs the
+    at-most successive shortest paths.
+    """
+    m = pattern.m
+    tiles = (shape[0] // m) * (shape[1] // m)
+    if start == "none":
+        return (
+            np.zeros((0, 0), dtype=bool),
+            np.zeros(0, dtype=np.int8),
+            np.zeros(0, dtype=np.int64),
+            np.zeros((0, 0), dtype=np.int64),
+            np.zeros((0, 0), dtype=np.int64),
+        )
+    exact = (
+        np.empty(shape, dtype=bool),
+        np.full(tiles, TOO_WIDE, dtype=np.int8),
+        np.zeros(tiles, dtype=np.int64),
+        np.zeros((tiles, m), dtype=np.int64),
+        np.full((tiles, m), -1 if start == "enumeration" else 0, dtype=np.int64),
+    )
+    kept_units = np.zeros(tiles, dtype=np.int64)
+    if start == "enumeration":
+        _enumerate(
+            bits, fraction_bits, pattern, *_enumeration_tables(pattern), parallel,
+            exact[0], exact[1], kept_units, exact[2],
+        )  # fmt: skip
+    else:
+        _flow_tiles(
+            bits, fraction_bits, pattern, np.arange(tiles, dtype=np.int64), parallel,
+            exact[0], exact[1], kept_units, exact[2], exact[3], exact[4],
+        )  # fmt: skip
+    return exact
+
+
 def solve_at_most(
     array: NDArray,
     pattern: Pattern,
@@ -194,45 +237,13 @@ def solve_at_most(
 
         bits, fraction_bits = prepared
         tile_list = np.arange(tiles, dtype=np.int64)
-        if from_exact and n > 0 and not potentials and enumeration_is_fast(pattern):
-            # m <= 4: the exactly-n optimum from the enumeration (several times faster
-            # than the flow kernel there), without its duals. In their place duals that
-            # certify nothing (min u + min v = -1 < 0), so the at-most kernel always runs
-            # its Bellman-Ford, which decides the mask from any start (O(m^3); spec T2).
-            # Certificates keep the flow kernel's start below: their duals do not change.
-            exact = (
-                np.empty(array.shape, dtype=bool),
-                np.full(tiles, TOO_WIDE, dtype=np.int8),
-                np.zeros(tiles, dtype=np.int64),
-                np.zeros((tiles, m), dtype=np.int64),
-                np.full((tiles, m), -1, dtype=np.int64),
-            )
-            _enumerate(
-                bits, fraction_bits, pattern, *_enumeration_tables(pattern), parallel,
-                exact[0], exact[1], np.zeros(tiles, dtype=np.int64), exact[2],
-            )  # fmt: skip
-        elif from_exact and n > 0:
-            # The exactly-n flow kernel first: where its optimum is also at-most optimal
-            # (most tiles of non-negative scores) the at-most kernel only certifies it.
-            exact = (
-                np.empty(array.shape, dtype=bool),
-                np.full(tiles, TOO_WIDE, dtype=np.int8),
-                np.zeros(tiles, dtype=np.int64),
-                np.zeros((tiles, m), dtype=np.int64),
-                np.zeros((tiles, m), dtype=np.int64),
-            )
-            _flow_tiles(
-                bits, fraction_bits, pattern, tile_list, parallel, exact[0], exact[1],
-                np.zeros(tiles, dtype=np.int64), exact[2], exact[3], exact[4],
-            )  # fmt: skip
+        if not from_exact or n == 0:
+            start = "none"
+        elif not potentials and enumeration_is_fast(pattern):
+            start = "enumeration"
         else:
-            exact = (
-                np.zeros((0, 0), dtype=bool),
-                np.zeros(0, dtype=np.int8),
-                np.zeros(0, dtype=np.int64),
-                np.zeros((0, 0), dtype=np.int64),
-                np.zeros((0, 0), dtype=np.int64),
-            )
+            start = "flow"
+        exact = exact_start(bits, fraction_bits, pattern, array.shape, parallel, start)
         arguments = (bits, fraction_bits, n, m, max_unit_bits(m), tile_list)
         outputs = (mask, status, kept_units, exponents, row_units, column_units)
         if parallel:
