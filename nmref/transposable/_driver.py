@@ -309,6 +309,7 @@ def _finish(
     # Exact kept sums per tile as (units, exponent): Python ints only where needed.
     kept_exact: dict[int, tuple[int, int]] = {}
     row_potentials = column_potentials = None
+    retried = 0
     truncated = np.flatnonzero(status == SOLVED_TRUNCATED)
     solved = (status == SOLVED) | (status == SOLVED_TRUNCATED)
     if sums:
@@ -325,6 +326,7 @@ def _finish(
         if retry_unrepresentable:
             # Kernel duals that float64 cannot hold: the readable solver's may fit.
             fits = _representable(row_units, exponents) & _representable(column_units, exponents)
+            retried = int(np.count_nonzero(solved & ~fits))
             solved &= fits
         row_potentials = _exact_float_array(row_units, exponents, solved)
         row_potentials = row_potentials.reshape(tile_rows, tile_columns, m)
@@ -334,10 +336,17 @@ def _finish(
         )
     slow = np.flatnonzero(~solved)
     if len(slow) >= _SLOW_TILES_WARNING:
+        # Name the two causes apart: tiles a kernel handed back, and (at most, with
+        # certificates) tiles whose kernel duals float64 cannot hold.
+        why = (
+            f"{len(slow) - retried} could not be solved with int64 arithmetic (near ties below "
+            "2**-50 of a tile's largest score, or integers above 2**53)"
+        )
+        if retried:
+            why += f", {retried} have kernel certificate duals that float64 cannot hold"
         warnings.warn(
-            f"{len(slow)} of {tiles} tiles could not be solved with int64 arithmetic (near ties "
-            "below 2**-50 of a tile's largest score, or integers above 2**53); they are solved "
-            "exactly in Python, about 1000x slower.",
+            f"{len(slow)} of {tiles} tiles are solved exactly in Python, about 1000x slower: "
+            f"{why}.",
             RuntimeWarning,
             stacklevel=4,
         )
