@@ -632,7 +632,7 @@ def enumerate_2to4_float32_tiles(
     block = BLOCK_2TO4
     exact_binades = float64_exact_binades(4)
     last_plane = upper[upper.shape[0] - 1, 4]
-    one = np.uint32(1)
+    no_magnitude = np.uint32(0xFFFFFFFF)
     magnitude = np.uint32(0x7FFFFFFF)
     start = first
     while start < last:
@@ -663,8 +663,13 @@ def enumerate_2to4_float32_tiles(
                 m2 = row_bits[4 * b + 2] & magnitude
                 m3 = row_bits[4 * b + 3] & magnitude
                 row_high[i, b] = max(max(m0, m1), max(m2, m3))
-                # A zero wraps to the largest uint32: the minimum is the smallest nonzero - 1.
-                row_low[i, b] = min(min(m0 - one, m1 - one), min(m2 - one, m3 - one))
+                # Zeros count as the largest uint32, so the minimum is the smallest nonzero
+                # (a select, not a wrapping subtraction: NumPy warns on that without the JIT).
+                l0 = m0 if m0 != 0 else no_magnitude
+                l1 = m1 if m1 != 0 else no_magnitude
+                l2 = m2 if m2 != 0 else no_magnitude
+                l3 = m3 if m3 != 0 else no_magnitude
+                row_low[i, b] = min(min(l0, l1), min(l2, l3))
             for b in range(count, lanes):
                 for c in range(6):
                     row_sums[i, c, b] = 0.0
@@ -719,7 +724,7 @@ def enumerate_2to4_float32_tiles(
         kept_out = kept_units[start : start + count]
         for b in range(count):
             high = max(max(row_high[0, b], row_high[1, b]), max(row_high[2, b], row_high[3, b]))
-            low = min(min(row_low[0, b], row_low[1, b]), min(row_low[2, b], row_low[3, b])) + one
+            low = min(min(row_low[0, b], row_low[1, b]), min(row_low[2, b], row_low[3, b]))
             high_field = np.int64(high >> np.uint32(23))
             low_field = np.int64(low >> np.uint32(23))
             zero = high == 0
@@ -727,7 +732,8 @@ def enumerate_2to4_float32_tiles(
             status_out[b] = SOLVED if zero or not wide else NEEDS_UNITS
             if sums:
                 exponent_out[b] = 0 if zero else low_field - 150
-                units = best[last_plane, b] * _POWERS_OF_TWO[278 - low_field]
+                # Clamped: all-zero tiles (low_field 511) read an entry they do not use.
+                units = best[last_plane, b] * _POWERS_OF_TWO[min(max(278 - low_field, 0), 299)]
                 kept_out[b] = 0 if zero or wide else np.int64(units)
         start += count
 
