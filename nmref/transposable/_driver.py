@@ -395,7 +395,7 @@ def _enumerate(
 
     2:4 float32 scores go to the meet-in-the-middle kernel
     (:func:`~nmref.transposable._enumeration_kernels.enumerate_2to4_float32_tiles`; it
-    leaves the kept units alone when ``sums`` is false); other float32 scores
+    leaves the kept units and exponents alone when ``sums`` is false); other float32 scores
     go to the float64-sum kernel first and only the tiles it hands
     back (``NEEDS_UNITS``) to the int64-units kernel, so each call compiles only the
     kernels its scores need.

@@ -624,7 +624,8 @@ def enumerate_2to4_float32_tiles(
     best pair plus the best completion of the slot it needs (first maximum again). See
     :func:`meet_in_middle_tables`, whose ``tables`` this takes. A block holds up to
     ``BLOCK_2TO4`` tiles of one tile row; its rows are read as 1-D slices so that
-    the loads of a tile's four entries vectorise. ``sums=False`` skips the kept units.
+    the loads of a tile's four entries vectorise. ``sums=False`` skips the kept units and
+    exponents (only the mask and the status are written).
     """
     lower, upper, final, upper_slot, upper_words, lower_words = tables
     row_sums, row_high, row_low, lower_best, lower_arg, best, best_arg, words01, words23 = scratch
