@@ -411,7 +411,7 @@ def _enumerate(
         chunks = 4 * numba.get_num_threads()
     if fraction_bits == 23 and (n, m) == (2, 4) and not _SCAN_2TO4:
         floats = bits.view(np.float32)
-        tables = kernels.meet_in_middle_tables(pattern_table(2, 4)[0], 2)
+        tables = kernels.meet_in_middle_tables(pattern_table(2, 4)[0], choice_words, 2)
         slots = len(tables[2])
         mask_words = mask.view(np.uint32)
         outputs = (mask_words, status, kept_units, exponents)

@@ -507,8 +507,9 @@ def float32_scratch(m: int, choice_count: int, chunks: int | None = None) -> tup
 # ----------------------------------------------------------------------------
 
 
-def meet_in_middle_tables(choices: np.ndarray, n: int) -> tuple:
-    """Tables of :func:`enumerate_2to4_float32_tiles` (``m == 4``) from the row choices.
+def meet_in_middle_tables(choices: np.ndarray, choice_words: np.ndarray, n: int) -> tuple:
+    """Tables of :func:`enumerate_2to4_float32_tiles` (``m == 4``) from the row choices and
+    their mask words (``choice_words``, as the other enumeration kernels take them).
 
     A 4 x 4 tile pattern is a pair of choices for rows 0-1 and a pair for rows 2-3 whose
     column counts add up to ``n`` in every column. Pairs for rows 2-3 are grouped by their
@@ -529,9 +530,7 @@ def meet_in_middle_tables(choices: np.ndarray, n: int) -> tuple:
     """
     counts = choices.astype(np.int64)
     powers = 3 ** np.arange(counts.shape[1], dtype=np.int64)
-    words = (choices[:, :4].astype(np.uint64) << (8 * np.arange(4, dtype=np.uint64))).sum(
-        axis=1, dtype=np.uint64
-    )
+    words = choice_words.astype(np.uint64)  # each row choice as its 4 mask bytes
     slot_of: dict[int, int] = {}
     seen: dict[int, int] = {}
     lower = []
