@@ -57,8 +57,10 @@ from nmref.transposable._kernel_contract import NOT_FINITE, SOLVED, SOLVED_TRUNC
 
 # Potentials beyond this make a tile fall back to Python (see _ssp_tile).
 POTENTIAL_LIMIT = np.int64(1) << np.int64(58)
-# Below every key of the start's selections: with max_unit_bits, |w - u - v|
-# < 2**(60 - b) and the keys shifted left by b = ceil(log2 m) stay below 2**60.
+# Below every key of the start's selections. With units below 2**B (B =
+# max_unit_bits(m) = 58 - 2 b, b = ceil(log2 m)), every pass of the start adds at
+# most one bit: |u|, |v| < 2**(B + 4) after its five passes, so its keys, shifted left
+# by b, stay below 2**(62 - b) and differences of two keys fit int64.
 BELOW_ALL = -(np.int64(1) << np.int64(62))
 # Subtracted from kept entries in the direct moves (|w - u|, |w - v| < 2**58), so
 # every kept entry ranks below every dropped one.
@@ -71,6 +73,11 @@ _COLUMN_POTENTIAL, _COLUMN_DISTANCE, _COLUMN_REACHED, _COLUMN_PARENT = range(6, 
 _COLUMN_SETTLED, _COLUMN_KEPT = 10, 11
 # Tiles whose start is computed together, one per vector lane (_start_lanes).
 START_LANES = 32
+# Rounds of dual coordinate descent in the start before the kept set is built (see
+# _start_lanes). One round cuts the mean deficit the shortest paths must augment on
+# |N(0,1)| tiles from 6.5 to 4.0 units at 8:16 and from 41 to 20 at 32:64; more
+# rounds gain little (3.7 and 16) for their cost.
+DUAL_ROUNDS = 1
 
 
 # ----------------------------------------------------------------------------
@@ -213,12 +220,26 @@ def _select_lanes(sort, network):  # pragma: no cover
 
 @numba.njit(cache=True, nogil=True)
 def _start_lanes(
-    w_lanes, m, n, network, sort, key_lanes, kept_lanes, row_potential, column_potential, count
+    w_lanes,
+    m,
+    n,
+    network,
+    sort,
+    key_lanes,
+    kept_lanes,
+    row_potential,
+    column_potential,
+    count,
+    row_kept,
+    column_kept,
 ):  # pragma: no cover
     """The start of :func:`_ssp_tile` for a block of tiles, one tile per lane.
 
     ``w_lanes[i * m + j, t]`` is entry ``(i, j)`` of tile ``t``.
-    Duals first: ``u[i]`` is the n-th largest of row ``i``. Then every column
+    Duals first: ``u[i]`` is the n-th largest of row ``i``, improved by
+    ``DUAL_ROUNDS`` rounds of coordinate descent on the dual (``v[j]`` the n-th
+    largest of column ``j`` of ``w - u``, then ``u[i]`` the n-th largest of
+    row ``i`` of ``w - v``). Then every column
     keeps its ``n`` largest by ``w - u`` (ties: lower row) and ``v[j]`` is the
     n-th of them; then every over-full row keeps its ``n`` best kept entries
     by ``w - v`` (ties: lower column) and ``u[i]`` is the n-th of them. This
@@ -226,8 +247,11 @@ def _start_lanes(
     needs augmenting paths. Keys carry the tie-break in their low
     ``index_bits`` bits (``(key << index_bits) | (m - 1 - index)``, all
     distinct), so a selection network finds the n-th key and a comparison the
-    kept set. Outputs ``kept_lanes`` (0/1), ``row_potential[i, t]`` (``u``)
-    and ``column_potential[j, t]`` (``-v``).
+    kept set. Outputs ``kept_lanes`` (0/1), ``row_potential[i, t]`` (``u``),
+    ``column_potential[j, t]`` (``-v``) and the kept counts per row and column
+    (``row_kept``, ``column_kept``), summed here across lanes rather than in the
+    per-tile copy, where a count stored and reloaded per entry was a chain of
+    store-to-load latencies.
     """
     lanes = w_lanes.shape[1]
     size = sort.shape[0]
@@ -243,6 +267,26 @@ def _start_lanes(
         _select_lanes(sort, network)
         for t in range(lanes):
             row_potential[i, t] = sort[wire, t]
+    # --- dual coordinate descent: v[j] = the n-th largest of column j of w - u,
+    # then u[i] = the n-th largest of row i of w - v (each exactly minimises the dual
+    # over that coordinate); any u keeps the construction below correct
+    for _ in range(DUAL_ROUNDS):
+        for j in range(m):
+            for i in range(size):
+                for t in range(lanes):
+                    below = BELOW_ALL
+                    sort[i, t] = w_lanes[i * m + j, t] - row_potential[i, t] if i < m else below
+            _select_lanes(sort, network)
+            for t in range(lanes):
+                column_potential[j, t] = -sort[wire, t]
+        for i in range(m):
+            for j in range(size):
+                for t in range(lanes):
+                    below = BELOW_ALL
+                    sort[j, t] = w_lanes[i * m + j, t] + column_potential[j, t] if j < m else below
+            _select_lanes(sort, network)
+            for t in range(lanes):
+                row_potential[i, t] = sort[wire, t]
     # --- every column keeps its n largest by w - u (ties: lower row) --------
     for i in range(m):
         for j in range(m):
@@ -263,6 +307,10 @@ def _start_lanes(
                 kept_lanes[i * m + j, t] = (
                     np.int64(key_lanes[i * m + j, t] >= sort[wire, t]) * kept_any
                 )
+    for i in range(m):
+        for t in range(lanes):
+            row_kept[i, t] = 0
+            column_kept[i, t] = 0
     if n == 0:
         return
     # --- every over-full row keeps its n best kept entries by w - v ---------
@@ -294,7 +342,10 @@ def _start_lanes(
             row_potential[i, t] = new + ((row_potential[i, t] - new) & -keep_old)
         for j in range(m):
             for t in range(lanes):
-                kept_lanes[i * m + j, t] *= np.int64(key_lanes[i * m + j, t] >= sort[wire, t])
+                keep = kept_lanes[i * m + j, t] * np.int64(key_lanes[i * m + j, t] >= sort[wire, t])
+                kept_lanes[i * m + j, t] = keep
+                row_kept[i, t] += keep
+                column_kept[j, t] += keep
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -581,7 +632,7 @@ def _truncate_tile(significand, scale, m, max_bits, units, inexact):  # pragma: 
 
 
 @numba.njit(cache=True, nogil=True)
-def _certify_truncated(units, inexact, kept, potential, m):  # pragma: no cover
+def _certify_truncated(units, inexact, kept, potential, m, width):  # pragma: no cover
     """Adjust the potentials until they prove ``kept`` optimal for the true scores.
 
     With floors ``H`` (``units``) of the true units ``U`` (``H <= U < H + 1``;
@@ -598,7 +649,7 @@ def _certify_truncated(units, inexact, kept, potential, m):  # pragma: no cover
         changed = False
         for i in range(m):
             for j in range(m):
-                k = i * m + j
+                k = i * width + j
                 if kept[k]:
                     bound = potential[m + 1 + j] + units[k]
                     if potential[1 + i] > bound:
@@ -619,125 +670,124 @@ def _certify_truncated(units, inexact, kept, potential, m):  # pragma: no cover
 
 @numba.njit(cache=True, nogil=True)
 def _canonical_tile(
-    w, m, kept, potential, tight, queue, parent_node, parent_entry, truncated, inexact
+    w, m, width, kept, potential, tight, queue, parent_node, parent_entry, truncated, inexact
 ):  # pragma: no cover
     """Turn the optimal ``kept`` into the canonical (lexicographically greatest) optimum.
 
-    Same pass as nmref.transposable.ties.canonical_optimum. Search nodes: rows 0..m-1,
-    columns m..2m-1. With ``truncated``, ``w`` are floors of the true units and
-    an entry flagged ``inexact`` lies strictly above its floor, so it is never
-    tight.
+    Same pass as nmref.transposable.ties.canonical_optimum. Entry ``(i, j)`` of
+    ``w``, ``kept`` (int64 0/1), ``tight`` and ``inexact`` sits at ``i * width + j``.
+    Search nodes: rows 0..m-1, columns m..2m-1. With ``truncated``, ``w`` are
+    floors of the true units and an entry flagged ``inexact`` lies strictly
+    above its floor, so it is never tight.
     """
-    free_dropped = 0
+    # Any other optimum differs from ``kept`` by alternating cycles of tight
+    # entries (kept: column -> row, dropped: row -> column). Peel nodes
+    # without arcs to remaining nodes; if all go, there is no cycle and
+    # ``kept`` is the only optimum (the usual case on generic data). Rows
+    # and columns are two bit sets of m <= 64 bits (int64 bit patterns):
+    # ``queue[i]`` the columns row i reaches, ``queue[m + j]`` the rows
+    # column j reaches. Built without branches: which entries are tight is
+    # data, and mispredicted branches cost more than the arithmetic.
+    exact = np.int64(1 - truncated)
+    for v in range(2 * m):
+        queue[v] = 0
+    free_dropped = np.int64(0)
     for i in range(m):
+        row = np.uint64(i * width)
+        row_potential = potential[1 + i]
+        reaches = np.int64(0)
+        # (Shifts taken mod 64: for m > 64 the bit sets are unused.)
+        row_bit = np.int64(1) << np.int64(i & 63)
         for j in range(m):
-            slack = w[i * m + j] - potential[1 + i] + potential[m + 1 + j]
-            tight[i * m + j] = slack == 0 and not (truncated and inexact[i * m + j])
-            if tight[i * m + j] and not kept[i * m + j]:
-                free_dropped += 1
+            k = row + np.uint64(j)
+            slack = w[k] - row_potential + potential[m + 1 + j]
+            is_tight = np.int64(slack == 0) & (exact | (1 - inexact[k]))
+            tight[k] = is_tight
+            keep = kept[k]
+            dropped_tight = is_tight & (1 - keep)
+            free_dropped += dropped_tight
+            reaches |= dropped_tight << np.int64(j & 63)
+            queue[m + j] |= row_bit & -(is_tight & keep)
+        queue[i] = reaches
     if free_dropped == 0:
         return
-    if m <= 64:
-        # Any other optimum differs from ``kept`` by alternating cycles of tight
-        # entries (kept: column -> row, dropped: row -> column). Peel nodes
-        # without arcs to remaining nodes; if all go, there is no cycle and
-        # ``kept`` is the only optimum (the usual case on generic data). Rows
-        # and columns are two bit sets of m <= 64 bits (int64 bit patterns):
-        # ``queue[i]`` the columns row i reaches, ``queue[m + j]`` the rows
-        # column j reaches.
-        for v in range(2 * m):
-            queue[v] = 0
-        for i in range(m):
-            for j in range(m):
-                k = i * m + j
-                if tight[k]:
-                    if kept[k]:
-                        queue[m + j] |= np.int64(1) << np.int64(i)
-                    else:
-                        queue[i] |= np.int64(1) << np.int64(j)
-        everything = np.int64(-1) if m == 64 else (np.int64(1) << np.int64(m)) - 1
-        alive_rows = everything
-        alive_columns = everything
-        while alive_rows != 0 or alive_columns != 0:
-            removed_rows = np.int64(0)
-            removed_columns = np.int64(0)
-            for v in range(m):
-                bit = np.int64(1) << np.int64(v)
-                if queue[v] & alive_columns == 0:
-                    removed_rows |= bit
-                if queue[m + v] & alive_rows == 0:
-                    removed_columns |= bit
-            removed_rows &= alive_rows
-            removed_columns &= alive_columns
-            if removed_rows == 0 and removed_columns == 0:
-                break
-            alive_rows &= ~removed_rows
-            alive_columns &= ~removed_columns
-        if alive_rows == 0 and alive_columns == 0:
-            return
-    for k in range(m * m):
-        if kept[k] or not tight[k]:
-            continue
-        i = k // m
-        j = k - i * m
-        # A cycle through (i, j) needs a free kept tight entry in column j and in row i.
-        possible_column = False
-        for a in range(m):
-            entry = a * m + j
-            if entry > k and kept[entry] and tight[entry]:
-                possible_column = True
-                break
-        possible_row = False
-        for b in range(j + 1, m):
-            entry = i * m + b
-            if kept[entry] and tight[entry]:
-                possible_row = True
-                break
-        if not (possible_column and possible_row):
-            continue
-        # Breadth-first from column j to row i through free tight entries (> k).
-        for v in range(2 * m):
-            parent_node[v] = -2
-        parent_node[m + j] = -1
-        head = 0
-        tail = 0
-        queue[tail] = m + j
-        tail += 1
-        found = False
-        while head < tail and not found:
-            v = queue[head]
-            head += 1
-            for other in range(m):
-                if v >= m:  # column b -> row a through a kept entry
-                    a = other
-                    b = v - m
-                    entry = a * m + b
-                    target = a
-                    usable = kept[entry]
-                else:  # row a -> column b through a dropped entry
-                    a = v
-                    b = other
-                    entry = a * m + b
-                    target = m + b
-                    usable = not kept[entry]
-                if not usable or not tight[entry] or entry <= k:
-                    continue
-                if parent_node[target] != -2:
-                    continue
-                parent_node[target] = v
-                parent_entry[target] = entry
-                if target == i:
-                    found = True
+    everything = np.int64(-1) if m >= 64 else (np.int64(1) << np.int64(m)) - 1
+    alive_rows = everything
+    alive_columns = everything
+    while m <= 64 and (alive_rows != 0 or alive_columns != 0):
+        removed_rows = np.int64(0)
+        removed_columns = np.int64(0)
+        for v in range(m):
+            bit = np.int64(1) << np.int64(v)
+            removed_rows |= bit & -np.int64(queue[v] & alive_columns == 0)
+            removed_columns |= bit & -np.int64(queue[m + v] & alive_rows == 0)
+        removed_rows &= alive_rows
+        removed_columns &= alive_columns
+        if removed_rows == 0 and removed_columns == 0:
+            break
+        alive_rows &= ~removed_rows
+        alive_columns &= ~removed_columns
+    if m <= 64 and alive_rows == 0 and alive_columns == 0:
+        return
+    for i in range(m):
+        for j in range(m):
+            k = i * width + j
+            if kept[k] or not tight[k]:
+                continue
+            # A cycle through (i, j) needs a free kept tight entry in column j and in row i.
+            possible_column = False
+            for a in range(i + 1, m):
+                entry = a * width + j
+                if kept[entry] and tight[entry]:
+                    possible_column = True
                     break
-                queue[tail] = target
-                tail += 1
-        if found:
-            kept[k] = True
-            v = i
-            while parent_node[v] != -1:
-                entry = parent_entry[v]
-                kept[entry] = not kept[entry]
-                v = parent_node[v]
+            possible_row = False
+            for b in range(j + 1, m):
+                entry = i * width + b
+                if kept[entry] and tight[entry]:
+                    possible_row = True
+                    break
+            if not (possible_column and possible_row):
+                continue
+            # Breadth-first from column j to row i through free tight entries (> k).
+            for v in range(2 * m):
+                parent_node[v] = -2
+            parent_node[m + j] = -1
+            head = 0
+            tail = 0
+            queue[tail] = m + j
+            tail += 1
+            found = False
+            while head < tail and not found:
+                v = queue[head]
+                head += 1
+                for other in range(m):
+                    if v >= m:  # column b -> row a through a kept entry
+                        target = other
+                        entry = other * width + (v - m)
+                        usable = kept[entry] != 0
+                    else:  # row a -> column b through a dropped entry
+                        target = m + other
+                        entry = v * width + other
+                        usable = kept[entry] == 0
+                    if not usable or not tight[entry] or entry <= k:
+                        continue
+                    if parent_node[target] != -2:
+                        continue
+                    parent_node[target] = v
+                    parent_entry[target] = entry
+                    if target == i:
+                        found = True
+                        break
+                    queue[tail] = target
+                    tail += 1
+            if found:
+                kept[k] = 1
+                v = i
+                while parent_node[v] != -1:
+                    entry = parent_entry[v]
+                    kept[entry] = 1 - kept[entry]
+                    v = parent_node[v]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -774,6 +824,7 @@ def _exact_range(
     keep_potentials = row_potentials.shape[0] > 0
     nodes = 2 * m + 2
     lanes = START_LANES
+    width = 16 * ((m + 15) // 16)
     size = 1
     while size < m:
         size *= 2
@@ -797,11 +848,13 @@ def _exact_range(
     row_start = np.empty((m, lanes), np.int64)
     column_start = np.empty((m, lanes), np.int64)
     lane_count = np.empty(lanes, np.int64)
-    kept = np.empty(m * m, np.bool_)
-    tight = np.empty(m * m, np.bool_)
+    row_kept_lanes = np.empty((m, lanes), np.int64)
+    column_kept_lanes = np.empty((m, lanes), np.int64)
+    tight = np.empty(m * width, np.int64)
     potential = np.empty(nodes, np.int64)
     units = np.empty(m * m, np.int64)
     inexact = np.zeros(m * m, np.bool_)
+    inexact_padded = np.zeros(m * width, np.int64)
     queue = np.empty(2 * m, np.int64)
     parent_node = np.empty(2 * m, np.int64)
     parent_entry = np.empty(2 * m, np.int64)
@@ -809,7 +862,6 @@ def _exact_range(
     scale = np.empty(m * m, np.int64)
     # The tile again, padded for _ssp_tile, and its solver state (zeroed: the
     # relaxations do arithmetic on the parent rows).
-    width = 16 * ((m + 15) // 16)
     w_padded = np.zeros(m * width, np.int64)
     w_t_padded = np.zeros(m * width, np.int64)
     kept_padded = np.ones(m * width, np.int64)  # padding: kept, so never an arc
@@ -873,6 +925,8 @@ def _exact_range(
             row_start,
             column_start,
             lane_count,
+            row_kept_lanes,
+            column_kept_lanes,
         )
         for b in range(block_size):
             code = block_code[b]
@@ -882,13 +936,10 @@ def _exact_range(
             r0 = block_r0[b]
             c0 = block_c0[b]
             truncated = code == SOLVED_TRUNCATED
-            if truncated:
-                for k in range(m * m):
-                    inexact[k] = block_inexact[b * m * m + k]
             # The tile out of its lane, row- and column-major.
             for i in range(m):
-                nodes[_ROW_KEPT, i] = 0
-                nodes[_COLUMN_KEPT, i] = 0
+                nodes[_ROW_KEPT, i] = row_kept_lanes[i, b]
+                nodes[_COLUMN_KEPT, i] = column_kept_lanes[i, b]
                 potential[1 + i] = row_start[i, b]
                 potential[m + 1 + i] = column_start[i, b]
             lane = np.uint64(b)
@@ -902,33 +953,34 @@ def _exact_range(
                     kept_padded[row_major] = keep
                     kept_t_padded[column_major] = keep
                     unit = w_lanes[entry, lane]
-                    units[entry] = unit
                     w_padded[row_major] = unit
                     w_t_padded[column_major] = unit
-                    nodes[_ROW_KEPT, i] += keep
-                    nodes[_COLUMN_KEPT, j] += keep
             ok = _ssp_tile(
                 w_padded, w_t_padded, kept_padded, kept_t_padded, m, n, width, potential, nodes
             )
-            for i in range(m):
-                for j in range(m):
-                    kept[np.uint64(i * m + j)] = kept_padded[np.uint64(i * width + j)] != 0
-            if ok and truncated:
-                ok = _certify_truncated(units, inexact, kept, potential, m)
+            if truncated:
+                for i in range(m):
+                    for j in range(m):
+                        inexact_padded[i * width + j] = block_inexact[b * m * m + i * m + j]
+                if ok:
+                    ok = _certify_truncated(
+                        w_padded, inexact_padded, kept_padded, potential, m, width
+                    )
             if not ok:
                 status[t] = TOO_WIDE
                 continue
             _canonical_tile(
-                units,
+                w_padded,
                 m,
-                kept,
+                width,
+                kept_padded,
                 potential,
                 tight,
                 queue,
                 parent_node,
                 parent_entry,
                 truncated,
-                inexact,
+                inexact_padded,
             )
             total = np.int64(0)
             if keep_potentials:
@@ -938,9 +990,10 @@ def _exact_range(
             for i in range(m):
                 row = np.uint64(r0 + i)
                 for j in range(m):
-                    keep = kept[np.uint64(i * m + j)]
-                    mask[row, np.uint64(c0 + j)] = keep
-                    total += units[np.uint64(i * m + j)] * np.int64(keep)
+                    k = np.uint64(i * width + j)
+                    keep = kept_padded[k]
+                    mask[row, np.uint64(c0 + j)] = keep != 0
+                    total += w_padded[k] * keep
             kept_units[t] = total
 
 
