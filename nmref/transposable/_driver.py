@@ -220,7 +220,10 @@ def solve_at_most(
     canonical mask. ``"brute"``:
     :func:`~nmref.transposable.patterns.brute_tile_at_most` (``m <= 4``), in Python.
     ``from_exact=False`` (for tests) skips the exactly-``n`` kernel that runs first and
-    solves every tile by the at-most successive shortest paths.
+    solves every tile by the at-most successive shortest paths. 2:4 float32 scores
+    without potentials go to the at-most meet-in-the-middle enumeration
+    (:func:`~nmref.transposable._enumeration_kernels.enumerate_2to4_at_most_float32_tiles`)
+    instead, and only the tiles it hands back (``NEEDS_UNITS``) to the at-most kernel.
     """
     n, m = pattern
     rows, columns = array.shape
@@ -237,7 +240,14 @@ def solve_at_most(
 
         bits, fraction_bits = prepared
         tile_list = np.arange(tiles, dtype=np.int64)
-        if not from_exact or n == 0:
+        enumerated = from_exact and not potentials and fraction_bits == 23 and (n, m) == (2, 4)
+        if enumerated:
+            _enumerate_at_most_2to4(bits, parallel, mask, status, kept_units, exponents)
+            tile_list = np.flatnonzero(status == NEEDS_UNITS).astype(np.int64)
+            status[tile_list] = TOO_WIDE
+        if enumerated or not from_exact or n == 0:
+            # (The few tiles the enumeration hands back: an exactly-n start would be
+            # computed for every tile.)
             start = "none"
         elif not potentials and enumeration_is_fast(pattern):
             start = "enumeration"
@@ -246,7 +256,9 @@ def solve_at_most(
         exact = exact_start(bits, fraction_bits, pattern, array.shape, parallel, start)
         arguments = (bits, fraction_bits, n, m, max_unit_bits(m), tile_list)
         outputs = (mask, status, kept_units, exponents, row_units, column_units)
-        if parallel:
+        if not len(tile_list):
+            pass
+        elif parallel:
             import numba
 
             chunks = 4 * numba.get_num_threads()
@@ -265,6 +277,26 @@ def solve_at_most(
         array, pattern, mask, status, kept_units, exponents, row_units, column_units,
         python_solver, potentials=potentials, sums=True, retry_unrepresentable=True,
     )  # fmt: skip
+
+
+def _enumerate_at_most_2to4(bits, parallel, mask, status, kept_units, exponents) -> None:
+    """Run the at-most 2:4 float32 enumeration (serial or parallel) on every tile."""
+    from nmref.transposable import _enumeration_kernels as kernels
+
+    tables = kernels.at_most_2to4_tables()
+    outputs = (mask.view(np.uint32), status, kept_units, exponents)
+    floats = bits.view(np.float32)
+    if parallel:
+        import numba
+
+        chunks = 4 * numba.get_num_threads()
+        kernels.enumerate_2to4_at_most_float32_tiles_parallel(
+            bits, floats, tables, chunks, *outputs, kernels.scratch_2to4_at_most(chunks)
+        )
+    else:
+        kernels.enumerate_2to4_at_most_float32_tiles(
+            bits, floats, tables, 0, len(status), *outputs, kernels.scratch_2to4_at_most()
+        )
 
 
 def _finish(

@@ -601,6 +601,69 @@ def scratch_2to4(slots: int, chunks: int | None = None) -> tuple:
 _POWERS_OF_TWO = np.ldexp(1.0, np.arange(-128, 172)).astype(np.float64)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _2to4_row_magnitudes(row_bits, count, i, row_high, row_low):  # pragma: no cover
+    """Largest and smallest nonzero float32 magnitude (as bits) of row ``i`` of each tile."""
+    no_magnitude = np.uint32(0xFFFFFFFF)
+    magnitude = np.uint32(0x7FFFFFFF)
+    for b in range(count):
+        m0 = row_bits[4 * b] & magnitude
+        m1 = row_bits[4 * b + 1] & magnitude
+        m2 = row_bits[4 * b + 2] & magnitude
+        m3 = row_bits[4 * b + 3] & magnitude
+        row_high[i, b] = max(max(m0, m1), max(m2, m3))
+        # Zeros count as the largest uint32, so the minimum is the smallest nonzero
+        # (a select, not a wrapping subtraction: NumPy warns on that without the JIT).
+        l0 = m0 if m0 != 0 else no_magnitude
+        l1 = m1 if m1 != 0 else no_magnitude
+        l2 = m2 if m2 != 0 else no_magnitude
+        l3 = m3 if m3 != 0 else no_magnitude
+        row_low[i, b] = min(min(l0, l1), min(l2, l3))
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _2to4_words_out(mask_words, r0, column, count, words01, words23):  # pragma: no cover
+    """Write the packed mask bytes of rows 0-1 and 2-3 of ``count`` tiles of one tile row."""
+    for i in range(4):
+        out = mask_words[r0 + i, column : column + count]
+        source_words = words01 if i < 2 else words23
+        shift = np.uint64(32 * (i % 2))
+        for b in range(count):
+            out[b] = np.uint32(source_words[b] >> shift)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _2to4_status_out(
+    start, count, row_high, row_low, best, key_scale, binades, sums, status, kept_units, exponents
+):  # pragma: no cover
+    """Status (``NEEDS_UNITS`` where the tile spans more than ``binades`` binades, so that
+    its float64 sums may be inexact) and, with ``sums``, the kept units of tiles ``start ..
+    start + count - 1``: ``best * 2**-exponent`` when ``key_scale`` is 0 (``best`` is the
+    kept sum), else ``best / key_scale`` (``best`` is already in units times that power
+    of two).
+    """
+    exact_binades = binades
+    status_out = status[start : start + count]
+    exponent_out = exponents[start : start + count]
+    kept_out = kept_units[start : start + count]
+    for b in range(count):
+        high = max(max(row_high[0, b], row_high[1, b]), max(row_high[2, b], row_high[3, b]))
+        low = min(min(row_low[0, b], row_low[1, b]), min(row_low[2, b], row_low[3, b]))
+        high_field = np.int64(high >> np.uint32(23))
+        low_field = np.int64(low >> np.uint32(23))
+        zero = high == 0
+        wide = (high_field == 255) | (low_field == 0) | (high_field - low_field > exact_binades)
+        status_out[b] = SOLVED if zero or not wide else NEEDS_UNITS
+        if sums:
+            exponent_out[b] = 0 if zero else low_field - 150
+            # Clamped: all-zero tiles (low_field 511) read an entry they do not use.
+            if key_scale == 0.0:
+                units = best[b] * _POWERS_OF_TWO[min(max(278 - low_field, 0), 299)]
+            else:
+                units = best[b] / key_scale
+            kept_out[b] = 0 if zero or wide else np.int64(units)
+
+
 @numba.njit(cache=True, nogil=True)
 def enumerate_2to4_float32_tiles(
     bits,
@@ -630,10 +693,7 @@ def enumerate_2to4_float32_tiles(
     row_sums, row_high, row_low, lower_best, lower_arg, best, best_arg, words01, words23 = scratch
     tiles_across = bits.shape[1] // 4
     block = BLOCK_2TO4
-    exact_binades = float64_exact_binades(4)
     last_plane = upper[upper.shape[0] - 1, 4]
-    no_magnitude = np.uint32(0xFFFFFFFF)
-    magnitude = np.uint32(0x7FFFFFFF)
     start = first
     while start < last:
         tile_row = start // tiles_across
@@ -657,19 +717,7 @@ def enumerate_2to4_float32_tiles(
                 row_sums[i, 3, b] = x1 + x2
                 row_sums[i, 4, b] = x1 + x3
                 row_sums[i, 5, b] = x2 + x3
-            for b in range(count):
-                m0 = row_bits[4 * b] & magnitude
-                m1 = row_bits[4 * b + 1] & magnitude
-                m2 = row_bits[4 * b + 2] & magnitude
-                m3 = row_bits[4 * b + 3] & magnitude
-                row_high[i, b] = max(max(m0, m1), max(m2, m3))
-                # Zeros count as the largest uint32, so the minimum is the smallest nonzero
-                # (a select, not a wrapping subtraction: NumPy warns on that without the JIT).
-                l0 = m0 if m0 != 0 else no_magnitude
-                l1 = m1 if m1 != 0 else no_magnitude
-                l2 = m2 if m2 != 0 else no_magnitude
-                l3 = m3 if m3 != 0 else no_magnitude
-                row_low[i, b] = min(min(l0, l1), min(l2, l3))
+            _2to4_row_magnitudes(row_bits, count, i, row_high, row_low)
             for b in range(count, lanes):
                 for c in range(6):
                     row_sums[i, c, b] = 0.0
@@ -712,29 +760,11 @@ def enumerate_2to4_float32_tiles(
             slot = upper_slot[q]
             words01[b] = upper_words[q]
             words23[b] = lower_words[lower_arg[final[slot], slot, b]]
-        column = c0 // 4
-        for i in range(4):
-            out = mask_words[r0 + i, column : column + count]
-            source_words = words01 if i < 2 else words23
-            shift = np.uint64(32 * (i % 2))
-            for b in range(count):
-                out[b] = np.uint32(source_words[b] >> shift)
-        status_out = status[start : start + count]
-        exponent_out = exponents[start : start + count]
-        kept_out = kept_units[start : start + count]
-        for b in range(count):
-            high = max(max(row_high[0, b], row_high[1, b]), max(row_high[2, b], row_high[3, b]))
-            low = min(min(row_low[0, b], row_low[1, b]), min(row_low[2, b], row_low[3, b]))
-            high_field = np.int64(high >> np.uint32(23))
-            low_field = np.int64(low >> np.uint32(23))
-            zero = high == 0
-            wide = (high_field == 255) | (low_field == 0) | (high_field - low_field > exact_binades)
-            status_out[b] = SOLVED if zero or not wide else NEEDS_UNITS
-            if sums:
-                exponent_out[b] = 0 if zero else low_field - 150
-                # Clamped: all-zero tiles (low_field 511) read an entry they do not use.
-                units = best[last_plane, b] * _POWERS_OF_TWO[min(max(278 - low_field, 0), 299)]
-                kept_out[b] = 0 if zero or wide else np.int64(units)
+        _2to4_words_out(mask_words, r0, c0 // 4, count, words01, words23)
+        _2to4_status_out(
+            start, count, row_high, row_low, best[last_plane], 0.0, float64_exact_binades(4),
+            sums, status, kept_units, exponents,
+        )  # fmt: skip
         start += count
 
 
@@ -750,6 +780,292 @@ def enumerate_2to4_float32_tiles_parallel(
             mask_words, status, kept_units, exponents,
             (scratch[0][c], scratch[1][c], scratch[2][c], scratch[3][c], scratch[4][c],
              scratch[5][c], scratch[6][c], scratch[7][c], scratch[8][c]),
+        )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------
+# 2:4 at most, on float32 scores: the same first maximum, met in the middle
+# ----------------------------------------------------------------------------
+
+# Row choices of the at-most 2:4 kernel in canonical order (descending bits, column 0
+# most significant): the columns each keeps, -1 for none. The kernel's row sums are
+# written out in this order (test_at_most_2to4_choices_are_the_canonical_row_order).
+AT_MOST_2TO4_CHOICES = np.array(
+    [(0, 1), (0, 2), (0, 3), (0, -1), (1, 2), (1, 3), (1, -1), (2, 3), (2, -1), (3, -1), (-1, -1)],
+    dtype=np.int64,
+)
+# Tiles per block of the at-most 2:4 kernel (as BLOCK_2TO4: each pass over the lanes has
+# a fixed cost per block; 64 and 128 were slower).
+BLOCK_2TO4_AT_MOST = 256
+
+
+def at_most_2to4_tables() -> tuple:
+    """Tables of :func:`enumerate_2to4_at_most_float32_tiles`.
+
+    A valid at-most 2:4 tile is a pair of row choices (at most 2 columns each) for rows
+    0-1 and a pair for rows 2-3 whose column counts add up to at most 2 in every column.
+    Pairs are numbered in lexicographic order of their choices (``p = 11 a + c``), the
+    order of :func:`~nmref.transposable.patterns.at_most_pattern_table`. Column counts
+    (0..2 per column) are coded in base 3 (81 *slots*). Pairs for rows 2-3 are grouped by
+    their counts; the kernel then takes, for every capacity vector ``r``, the first
+    maximum over all slots ``<= r`` componentwise (a prefix maximum along each of the
+    four axes of the 3 x 3 x 3 x 3 lattice); a pair for rows 0-1 with counts ``k`` needs
+    the capacity ``2 - k``.
+
+    Returns ``(lower, upper, final, upper_capacity, lower_words, upper_words)``:
+    ``lower[p] = (a, c, slot, source plane, target plane)`` as in
+    :func:`meet_in_middle_tables` (plane 2 holds -inf), ``upper[q] = (a, c, capacity,
+    source plane, target plane)``, ``final[slot]`` the plane that holds a slot's last
+    result (2 for the 31 slots no pair reaches: they stay at -inf), and the pairs' packed
+    mask bytes (the first row in the low 32 bits).
+    """
+    choices = AT_MOST_2TO4_CHOICES
+    counts = np.zeros((len(choices), 4), dtype=np.int64)
+    for index, columns in enumerate(choices):
+        for column in columns:
+            if column >= 0:
+                counts[index, column] = 1
+    powers = 3 ** np.arange(4, dtype=np.int64)
+    words = (counts.astype(np.uint64) << (np.uint64(8) * np.arange(4, dtype=np.uint64))).sum(
+        axis=1, dtype=np.uint64
+    )
+    seen = np.zeros(81, dtype=np.int64)
+    lower = []
+    upper = []
+    for a in range(len(choices)):
+        for c in range(len(choices)):
+            slot = int((counts[a] + counts[c]) @ powers)
+            k = int(seen[slot])
+            lower.append((a, c, slot, 2 if k == 0 else (k - 1) % 2, k % 2))
+            seen[slot] = k + 1
+            q = len(upper)
+            capacity = int((2 - counts[a] - counts[c]) @ powers)
+            upper.append((a, c, capacity, 2 if q == 0 else (q - 1) % 2, q % 2))
+    final = np.where(seen > 0, (seen - 1) % 2, 2).astype(np.int64)
+    lower_array = np.array(lower, dtype=np.int64)
+    upper_array = np.array(upper, dtype=np.int64)
+    return (
+        lower_array,
+        upper_array,
+        final,
+        np.ascontiguousarray(upper_array[:, 2]),
+        words[lower_array[:, 0]] | (words[lower_array[:, 1]] << np.uint64(32)),
+        words[upper_array[:, 0]] | (words[upper_array[:, 1]] << np.uint64(32)),
+    )
+
+
+def scratch_2to4_at_most(chunks: int | None = None) -> tuple:
+    """Buffers of :func:`enumerate_2to4_at_most_float32_tiles` (leading axis ``chunks``).
+
+    Scaled row sums of the 11 choices, per-row largest and smallest magnitude, per-tile
+    scales, the slot keys (three planes), the capacity keys (two planes) and their
+    completions without the pair number, the overall keys (three planes) and kept sums,
+    the plane of each capacity's key, and the packed mask words of the two row pairs.
+    """
+    lead = () if chunks is None else (chunks,)
+    block = BLOCK_2TO4_AT_MOST
+    slot_key = np.empty((*lead, 3, 81, block), np.float64)
+    slot_key[..., 2, :, :] = -np.inf
+    best = np.empty((*lead, 3, block), np.float64)
+    best[..., 2, :] = -np.inf
+    return (
+        np.empty((*lead, 4, 11, block), np.float64),
+        np.empty((*lead, 4, block), np.uint32),
+        np.empty((*lead, 4, block), np.uint32),
+        np.empty((*lead, block), np.float64),
+        slot_key,
+        np.empty((*lead, 2, 81, block), np.float64),
+        np.empty((*lead, 81, block), np.float64),
+        best,
+        np.empty((*lead, block), np.float64),
+        np.zeros((*lead, 81), np.int64),
+        np.empty((*lead, block), np.uint64),
+        np.empty((*lead, block), np.uint64),
+    )
+
+
+# Index bits of the at-most 2:4 kernel's keys (lower pair numbers 0..120), and the widest
+# tile it sums as keys: units of the tile's lowest bit times 2**7 plus an index must stay
+# below 2**53 for sums of up to 16 entries (wider tiles get NEEDS_UNITS).
+_KEY_INDEX = 128.0
+_KEY_BINADES = 53 - 24 - 4 - 7
+
+
+@numba.njit(cache=True, nogil=True)
+def enumerate_2to4_at_most_float32_tiles(
+    bits,
+    floats,
+    tables,
+    first,
+    last,
+    mask_words,
+    status,
+    kept_units,
+    exponents,
+    scratch,
+):  # pragma: no cover
+    """First maximum of the 7343 at-most 2:4 patterns of every tile, in O(121 + 324 + 121).
+
+    The same answer as :func:`~nmref.transposable.patterns.brute_tile_at_most` (tested):
+    the first maximum in canonical order. Rows 2-3: the best pair per slot of column
+    counts; then, per capacity vector, the best over every slot below it (axis by axis:
+    ``best[r] = max(best[r], best[r - e_j])``); then rows 0-1: the first best pair plus
+    the best completion within the capacity it leaves (:func:`at_most_2to4_tables`, whose
+    ``tables`` this takes).
+
+    Ties among completions must go to the lowest pair number (patterns that share rows
+    0-1 are ordered by their rows 2-3 pair), so a completion is compared as one exact
+    float64 *key*: its sum in units of the tile's lowest bit, times 128, plus ``127 -
+    p``. Keys of different pairs always differ, so every comparison above is a plain
+    maximum, and the sum is the key rounded down to a multiple of 128. Keys are exact
+    integers below ``2**53`` when the tile spans at most ``_KEY_BINADES`` binades;
+    wider tiles (and NaN, infinity, subnormals) get ``NEEDS_UNITS``. Writes the mask,
+    the status, the kept units and the exponents.
+    """
+    lower, upper, final, upper_capacity, lower_words, upper_words = tables
+    (
+        row_sums,
+        row_high,
+        row_low,
+        scale,
+        slot_key,
+        capacity_key,
+        completion,
+        best,
+        best_total,
+        where,
+        words01,
+        words23,
+    ) = scratch
+    tiles_across = bits.shape[1] // 4
+    block = BLOCK_2TO4_AT_MOST
+    last_plane = upper[upper.shape[0] - 1, 4]
+    # 2**(7 - e) for the tile's lowest bit 2**e, e = low_field - 150, from the table.
+    scale_offset = 128 + 7 + 150
+    start = first
+    while start < last:
+        tile_row = start // tiles_across
+        count = min(block, last - start, (tile_row + 1) * tiles_across - start)
+        r0 = tile_row * 4
+        c0 = (start - tile_row * tiles_across) * 4
+        lanes = min(block, (count + 7) // 8 * 8)
+        for i in range(4):
+            _2to4_row_magnitudes(bits[r0 + i, c0 : c0 + 4 * count], count, i, row_high, row_low)
+        for b in range(count):
+            low = min(min(row_low[0, b], row_low[1, b]), min(row_low[2, b], row_low[3, b]))
+            # Clamped: all-zero tiles (low_field 511) read an entry they do not use.
+            low_field = min(np.int64(low >> np.uint32(23)), 255)
+            scale[b] = _POWERS_OF_TWO[scale_offset - low_field]
+        for i in range(4):
+            row = floats[r0 + i, c0 : c0 + 4 * count]
+            for b in range(count):
+                # Exact: a power-of-two scaling of a tile that is not too wide.
+                x0 = np.float64(row[4 * b]) * scale[b]
+                x1 = np.float64(row[4 * b + 1]) * scale[b]
+                x2 = np.float64(row[4 * b + 2]) * scale[b]
+                x3 = np.float64(row[4 * b + 3]) * scale[b]
+                # The order of AT_MOST_2TO4_CHOICES.
+                row_sums[i, 0, b] = x0 + x1
+                row_sums[i, 1, b] = x0 + x2
+                row_sums[i, 2, b] = x0 + x3
+                row_sums[i, 3, b] = x0
+                row_sums[i, 4, b] = x1 + x2
+                row_sums[i, 5, b] = x1 + x3
+                row_sums[i, 6, b] = x1
+                row_sums[i, 7, b] = x2 + x3
+                row_sums[i, 8, b] = x2
+                row_sums[i, 9, b] = x3
+                row_sums[i, 10, b] = 0.0
+            for b in range(count, lanes):
+                for c in range(11):
+                    row_sums[i, c, b] = 0.0
+        # --- rows 2-3: the best key of every slot (planes alternate per candidate)
+        for p in range(lower.shape[0]):
+            a = lower[p, 0]
+            c = lower[p, 1]
+            slot = lower[p, 2]
+            source = lower[p, 3]
+            target = lower[p, 4]
+            index = np.float64(127 - p)
+            for b in range(lanes):
+                key = (row_sums[2, a, b] + row_sums[3, c, b]) + index
+                old = slot_key[source, slot, b]
+                slot_key[target, slot, b] = key if key > old else old
+        # --- the best key over every slot below each capacity, one axis at a time:
+        # best[r] = max(best[r], best[r - e_j]) where r_j > 0. Each update writes the
+        # plane its node's value is not in (``where``), so no update stores back where it
+        # loaded; nodes with r_j = 0 keep their value where it is.
+        for r in range(81):
+            where[r] = 0
+            f = final[r]
+            for b in range(lanes):
+                capacity_key[0, r, b] = slot_key[f, r, b]
+        for axis in range(4):
+            step = 3**axis
+            for r in range(81):
+                if (r // step) % 3 == 0:
+                    continue
+                source = where[r]
+                target = 1 - source
+                other_plane = where[r - step]
+                below = r - step
+                for b in range(lanes):
+                    key = capacity_key[source, r, b]
+                    other = capacity_key[other_plane, below, b]
+                    capacity_key[target, r, b] = other if other > key else key
+                where[r] = target
+        for r in range(81):
+            plane = where[r]
+            for b in range(lanes):
+                # The completion's sum, in the same scaled units as the row sums.
+                completion[r, b] = np.floor(capacity_key[plane, r, b] / _KEY_INDEX) * _KEY_INDEX
+        # --- rows 0-1: the best pair plus its best completion, again as keys (pair
+        # numbers 0..120 in the low bits: ties go to the lowest)
+        for q in range(upper.shape[0]):
+            a = upper[q, 0]
+            c = upper[q, 1]
+            capacity = upper[q, 2]
+            source = upper[q, 3]
+            target = upper[q, 4]
+            index = np.float64(127 - q)
+            for b in range(lanes):
+                key = ((row_sums[0, a, b] + row_sums[1, c, b]) + completion[capacity, b]) + index
+                old = best[source, b]
+                best[target, b] = key if key > old else old
+        for b in range(count):
+            key = best[last_plane, b]
+            total = np.floor(key / _KEY_INDEX) * _KEY_INDEX
+            index = key - total
+            # Clamped: a NaN tile (NEEDS_UNITS) must not index out of range.
+            q = min(max(127 - np.int64(index) if index == index else 0, 0), 120)
+            capacity = upper_capacity[q]
+            index = capacity_key[where[capacity], capacity, b] - completion[capacity, b]
+            p = min(max(127 - np.int64(index) if index == index else 0, 0), 120)
+            best_total[b] = total
+            words01[b] = upper_words[q]
+            words23[b] = lower_words[p]
+        _2to4_words_out(mask_words, r0, c0 // 4, count, words01, words23)
+        _2to4_status_out(
+            start, count, row_high, row_low, best_total, _KEY_INDEX, _KEY_BINADES,
+            True, status, kept_units, exponents,
+        )  # fmt: skip
+        start += count
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def enumerate_2to4_at_most_float32_tiles_parallel(
+    bits, floats, tables, chunks, mask_words, status, kept_units, exponents, scratch
+):  # pragma: no cover
+    """:func:`enumerate_2to4_at_most_float32_tiles` over every tile, ``chunks`` ranges in
+    parallel."""
+    tiles = (bits.shape[0] // 4) * (bits.shape[1] // 4)
+    for c in numba.prange(chunks):
+        enumerate_2to4_at_most_float32_tiles(
+            bits, floats, tables, tiles * c // chunks, tiles * (c + 1) // chunks,
+            mask_words, status, kept_units, exponents,
+            (scratch[0][c], scratch[1][c], scratch[2][c], scratch[3][c], scratch[4][c],
+             scratch[5][c], scratch[6][c], scratch[7][c], scratch[8][c], scratch[9][c],
+             scratch[10][c], scratch[11][c]),
         )  # fmt: skip
 
 
