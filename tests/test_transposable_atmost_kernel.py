@@ -308,3 +308,75 @@ def test_m_4_at_most_from_the_enumeration_start_equals_the_other_paths(n, dtype)
             )
         with_duals = solve_at_most(scores, pattern, potentials=True)  # the flow kernel's start
         np.testing.assert_array_equal(with_duals.mask, expected)
+
+
+@pytest.mark.parametrize(("n", "m"), [(2, 8), (4, 8), (8, 16), (16, 32)])
+def test_dropping_units_from_the_exact_optimum_equals_the_at_most_shortest_paths(n, m):
+    """Tiles whose exactly-n optimum a dual shift cannot certify start from it and drop
+    units along shortest sink-to-source paths while that gains (spec T2, fast kernel):
+    same masks and exact kept sums as the at-most successive shortest paths from zero,
+    on signed, shifted and tie-heavy scores where keeping fewer is often better."""
+    rng = np.random.default_rng(50 + m + n)
+    size = 4 * m
+    for scores in (
+        rng.standard_normal((size, size)).astype(np.float32),
+        (rng.standard_normal((size, size)) - 0.5).astype(np.float32),
+        rng.integers(-2, 3, (size, size)).astype(np.float32),
+        np.abs(rng.standard_normal((size, size))),
+    ):
+        started = solve_at_most(scores, nm_pattern(n, m))
+        alone = solve_at_most(scores, nm_pattern(n, m), from_exact=False)
+        np.testing.assert_array_equal(started.mask, alone.mask)
+        np.testing.assert_array_equal(started.kept_sum, alone.kept_sum)
+        if scores.dtype == np.float32 and scores.min() < 0:
+            # Signed scores: keeping fewer is strictly better on some tiles, so the
+            # dropping path ran there.
+            assert (started.kept_sum > transposable_optimum(scores, n, m)).any()
+
+
+def test_dropping_units_reaches_the_at_most_optimum_by_itself():
+    """_cancel_toward_fewer alone (no Bellman-Ford behind it, which would hide a short
+    stop by sending the tile to the slow path) ends at the at-most optimum of every tile:
+    its kept sum equals the readable solver's, and it keeps at most n per line."""
+    from nmref.transposable import _at_most_kernels as kernels
+    from nmref.transposable._driver import solve_exact
+
+    n, m = 4, 8
+    rng = np.random.default_rng(77)
+    scores = rng.integers(-6, 7, (4 * m, 4 * m)).astype(np.float64)
+    exact = solve_exact(scores, nm_pattern(n, m), method="flow", potentials=True)
+    tiles_across = scores.shape[1] // m
+    u_all = exact.row_potentials.reshape(-1, m, tiles_across).transpose(0, 2, 1).reshape(-1, m)
+    v_all = exact.column_potentials.reshape(-1, m)
+    dropped_any = False
+    for t, (tile_row, tile_column, tile) in enumerate(iter_tiles(scores, m)):
+        units, exponent = exact_integer_tile(tile)
+        assert exponent == 0  # integer scores: units are the scores
+        w = np.array(units, dtype=np.int64).ravel()
+        r0, c0 = tile_row * m, tile_column * m
+        kept = exact.mask[r0 : r0 + m, c0 : c0 + m].astype(np.int64).ravel()
+        u = u_all[t].astype(np.int64).copy()
+        v = v_all[t].astype(np.int64).copy()
+        assert kernels._certifies_exactly_n(w, m, kept, u, v)
+        rows = np.full(m, n, dtype=np.int64)
+        columns = np.full(m, n, dtype=np.int64)
+        scratch = [np.zeros(2 * m + 2, dtype=np.int64) for _ in range(4)]
+        assert kernels._cancel_toward_fewer(w, m, n, kept, rows, columns, u, v, *scratch)
+        grid = kept.reshape(m, m)
+        assert (grid.sum(axis=1) == rows).all() and (grid.sum(axis=0) == columns).all()
+        assert (rows <= n).all() and (columns <= n).all()
+        assert int((w * kept).sum()) == _readable_at_most_total(units, n)
+        dropped_any |= bool(rows.sum() < n * m)
+    assert dropped_any
+
+
+def _readable_at_most_total(units, n) -> int:
+    from nmref.transposable import flow
+
+    kept, _, _ = flow.solve_tile_at_most(units, n)
+    return sum(
+        x
+        for row, keep in zip(units, kept, strict=True)
+        for x, k in zip(row, keep, strict=True)
+        if k
+    )

@@ -15,8 +15,12 @@ for them takes the certified path of step 4):
 0. **The exactly-n optimum first** (:func:`_start_from_exact`): the driver runs the
    exact flow kernel beforehand; its full mask is at-most optimal iff some duals
    ``u, v >= 0`` satisfy complementary slackness, decided by a shift of its duals
-   (O(m^2)) or else exactly by Bellman-Ford (O(m^3)). Only tiles where keeping
-   fewer is strictly better (a few percent on non-negative noise) go to step 1.
+   (O(m^2)). Otherwise units are removed from it along shortest sink-to-source
+   paths while that gains (:func:`_cancel_toward_fewer`, O(m^2) each; convexity of
+   the cheapest cost in the flow value makes the result an at-most optimum), and
+   Bellman-Ford (O(m^3)) certifies it. Without the exact kernel's duals (the
+   ``m <= 4`` enumeration start) Bellman-Ford decides the full mask, and only tiles
+   where keeping fewer is strictly better go to step 1.
 1. **Successive shortest paths with the bypass** (spec T2): dense Dijkstra on
    reduced costs over the ``2m + 2`` nodes, stopping when the next shortest
    source-sink path through the rows costs ``>= 0``. O(m^2) per augmentation,
@@ -347,20 +351,42 @@ def _ssp_at_most(
 
 @numba.njit(cache=True, nogil=True)
 def _start_from_exact(
-    w, m, n, t, exact_mask, r0, c0, exact_u, exact_v, kept, row_count, column_count, u, v, truncated
+    w,
+    m,
+    n,
+    t,
+    exact_mask,
+    r0,
+    c0,
+    exact_u,
+    exact_v,
+    kept,
+    row_count,
+    column_count,
+    u,
+    v,
+    truncated,
+    potential,
+    distance,
+    parent,
+    settled,
 ):  # pragma: no cover
-    """Take the exactly-``n`` optimum when it is also an at-most optimum; True if so.
+    """Start from the exactly-``n`` optimum: an at-most optimum in ``kept``; True if found.
 
     A full mask (every line keeps ``n``) is at-most optimal iff it has duals
     ``u, v >= 0`` with complementary slackness (spec T2; the zero conditions are
     void on full lines). The exact kernel's duals ``(u, v)`` certify its mask, and
     so does every shift ``(u + c, v - c)``: if ``min u + min v >= 0``, ``c = -min u``
-    gives the certificate in O(m^2). Otherwise the conditions are difference
-    constraints, decided exactly by Bellman-Ford from the shifted duals
-    (:func:`_certify_at_most`, O(m^3)): feasible gives the certificate, a negative
-    cycle proves that keeping fewer is strictly better. ``truncated`` (sticky units,
-    step 4): the shifted duals are only where :func:`_certify_at_most` starts, and a
-    failure only sends the tile to step 1.
+    gives the certificate in O(m^2). Otherwise, when the duals are the exact
+    kernel's (they certify the exactly-``n`` optimum; the enumeration start passes
+    duals that certify nothing), keeping fewer may be better:
+    :func:`_cancel_toward_fewer` drops units along shortest paths while that gains,
+    and Bellman-Ford (:func:`_certify_at_most`, O(m^3)) then turns its potentials
+    into the at-most certificate. Without such duals, Bellman-Ford from the shifted
+    ones decides the full mask exactly (feasible gives the certificate, a negative
+    cycle proves that keeping fewer is strictly better: step 1). ``truncated``
+    (sticky units, step 4): the shifted duals are only where :func:`_certify_at_most`
+    starts, and a failure only sends the tile to step 1.
     """
     lowest_u = exact_u[t, 0]
     lowest_v = exact_v[t, 0]
@@ -376,7 +402,123 @@ def _start_from_exact(
             kept[i * m + j] = np.int64(exact_mask[r0 + i, c0 + j])
     if lowest_u + lowest_v >= 0 and not truncated:
         return True
+    if not truncated and _certifies_exactly_n(w, m, kept, u, v):
+        if not _cancel_toward_fewer(
+            w, m, n, kept, row_count, column_count, u, v, potential, distance, parent, settled
+        ):
+            return False
     return _certify_at_most(w, m, n, kept, row_count, column_count, u, v, truncated)
+
+
+@numba.njit(cache=True, nogil=True)
+def _certifies_exactly_n(w, m, kept, u, v):  # pragma: no cover
+    """Whether ``(u, v)`` meet complementary slackness with ``kept`` (exactly-``n`` duals:
+    kept ``w >= u + v``, dropped ``w <= u + v``). O(m^2)."""
+    for i in range(m):
+        for j in range(m):
+            slack = w[i * m + j] - u[i] - v[j]
+            if (slack < 0) if kept[i * m + j] != 0 else (slack > 0):
+                return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def _cancel_toward_fewer(
+    w, m, n, kept, row_count, column_count, u, v, potential, distance, parent, settled
+):  # pragma: no cover
+    """From an exactly-``n`` optimum and its duals, drop units while that gains (spec T2).
+
+    The at-most optimum is the cheapest flow of any value up to ``n m`` in the network
+    of :func:`_ssp_at_most`, and the cheapest cost is convex in the flow value. So from
+    the cheapest flow of value ``n m`` (the exactly-``n`` optimum), removing one unit
+    along a shortest path from the sink back to the source in the residual network
+    (sink -> column with a kept entry -> row through a kept entry -> column through a
+    dropped entry -> ... -> row with a kept entry -> source) gives the cheapest flow of
+    value ``n m - 1``, and removals stop gaining for good at the first path of cost
+    ``>= 0``. Dijkstra on reduced costs: the duals are potentials (row ``u_i``, column
+    ``-v_j``) under which every residual entry arc is non-negative; the sink and source
+    potentials are reset before each search so that their arcs are too. O(m^2) per
+    removal, usually a few. On return ``kept``, the line counts and ``(u, v)`` (the
+    potentials, a start for :func:`_certify_at_most`) describe the result; False when
+    a potential would leave ``POTENTIAL_LIMIT``.
+    """
+    source = 0
+    sink = 2 * m + 1
+    for i in range(m):
+        potential[1 + i] = u[i]
+        potential[m + 1 + i] = -v[i]
+    while True:
+        # Sink arcs go to columns with a kept entry, source arcs come from rows with one.
+        potential[sink] = -UNREACHED
+        potential[source] = UNREACHED
+        for i in range(m):
+            if column_count[i] > 0:
+                potential[sink] = max(potential[sink], potential[m + 1 + i])
+            if row_count[i] > 0:
+                potential[source] = min(potential[source], potential[1 + i])
+        if potential[source] == UNREACHED:
+            break  # nothing kept
+        for x in range(2 * m + 2):
+            distance[x] = UNREACHED
+            parent[x] = -1
+            settled[x] = 0
+        distance[sink] = 0
+        while True:
+            best = -1
+            best_distance = UNREACHED
+            for x in range(2 * m + 2):
+                if settled[x] == 0 and distance[x] < best_distance:
+                    best = x
+                    best_distance = distance[x]
+            if best < 0 or best == source:
+                break
+            settled[best] = 1
+            base = best_distance + potential[best]
+            if best == sink:
+                for j in range(m):
+                    if column_count[j] > 0:
+                        candidate = base - potential[m + 1 + j]
+                        _relax(m + 1 + j, candidate, best, distance, parent, settled)
+            elif best > m:  # a column: back through its kept entries
+                j = best - m - 1
+                for i in range(m):
+                    if kept[i * m + j] != 0:
+                        candidate = base + w[i * m + j] - potential[1 + i]
+                        _relax(1 + i, candidate, best, distance, parent, settled)
+            else:  # a row: forward through its dropped entries, or back to the source
+                i = best - 1
+                for j in range(m):
+                    if kept[i * m + j] == 0:
+                        candidate = base - w[i * m + j] - potential[m + 1 + j]
+                        _relax(m + 1 + j, candidate, best, distance, parent, settled)
+                if row_count[i] > 0:
+                    _relax(source, base - potential[source], best, distance, parent, settled)
+        if settled[source] == 0 and best != source:
+            break
+        # The path's true cost: its reduced length minus the end potentials' difference.
+        if distance[source] - potential[sink] + potential[source] >= 0:
+            break
+        for x in range(1, 2 * m + 1):
+            potential[x] += distance[x] if settled[x] != 0 else distance[source]
+            if abs(potential[x]) > POTENTIAL_LIMIT:
+                return False
+        # Remove the unit: the last row loses one, each column -> row entry is dropped,
+        # each row -> column entry kept, and the first column loses one.
+        i = parent[source] - 1
+        row_count[i] -= 1
+        while True:
+            j = parent[1 + i] - m - 1
+            kept[i * m + j] = 0
+            previous = parent[m + 1 + j]
+            if previous == sink:
+                column_count[j] -= 1
+                break
+            i = previous - 1
+            kept[i * m + j] = 1
+    for i in range(m):
+        u[i] = potential[1 + i]
+        v[i] = -potential[m + 1 + i]
+    return True
 
 
 @numba.njit(cache=True, nogil=True)
@@ -646,7 +788,7 @@ def _at_most_range(
             and exact_exponents[t] == exponent
             and _start_from_exact(
                 units, m, n, t, exact_mask, r0, c0, exact_u, exact_v, kept, row_count,
-                column_count, u, v, truncated,
+                column_count, u, v, truncated, potential, distance, parent, settled,
             )
         )  # fmt: skip
         if not ok:
