@@ -274,17 +274,23 @@ class _Design:
 _GLOBAL = ("*", "*", "*")
 
 
-def _row_scopes(row: Measurement, name: str) -> list[tuple[str, str, str]]:
-    """Scopes of ``name`` that may hold a value for ``row``: global first, then coarse to fine."""
+def _scope_key(row: Measurement) -> tuple[str, str, str]:
+    """``(architecture, library, dtype class)`` of a row: what its scopes are built from."""
     library = row.library if row.library != "other" else default_library(row.dtype)
+    return row.architecture, library, dtype_class(row.dtype)
+
+
+@cache
+def _scope_chain(key: tuple[str, str, str], name: str) -> tuple[tuple[str, str, str], ...]:
+    """Scopes of ``name`` for rows of scope key ``key``: global first, then coarse to fine.
+
+    Cached: a corpus has a handful of keys, and :func:`_design` asks for every row and
+    parameter, once per CV fold.
+    """
     allowed = SCOPED_FIELDS.get(name, ())
-    chain = [
-        scope
-        for scope in scopes_of(row.architecture, library, dtype_class(row.dtype))
-        if scope_pattern(scope) in allowed
-    ]
+    chain = [scope for scope in scopes_of(*key) if scope_pattern(scope) in allowed]
     chain.sort(key=lambda scope: allowed.index(scope_pattern(scope)))
-    return [_GLOBAL, *chain]
+    return (_GLOBAL, *chain)
 
 
 def _design(rows: Sequence[Measurement], structure: GemmParameters = STRUCTURE) -> _Design:
@@ -293,9 +299,10 @@ def _design(rows: Sequence[Measurement], structure: GemmParameters = STRUCTURE) 
     index: dict[tuple[str, tuple[str, str, str]], int] = {}
     counts: dict[tuple[str, tuple[str, str, str]], int] = {}
     parents: dict[tuple[str, tuple[str, str, str]], tuple[str, str, str]] = {}
+    keys = [_scope_key(row) for row in rows]
     for fitted in FITTED:
-        for row in rows:
-            chain = _row_scopes(row, fitted.name)
+        for key in keys:
+            chain = _scope_chain(key, fitted.name)
             for position, scope in enumerate(chain):
                 counts[(fitted.name, scope)] = counts.get((fitted.name, scope), 0) + 1
                 if position:
@@ -324,9 +331,9 @@ def _design(rows: Sequence[Measurement], structure: GemmParameters = STRUCTURE) 
     gather = {}
     for fitted in FITTED:
         picks = []
-        for row in rows:
+        for key in keys:
             chosen = index[(fitted.name, _GLOBAL)]
-            for scope in _row_scopes(row, fitted.name):
+            for scope in _scope_chain(key, fitted.name):
                 chosen = index.get((fitted.name, scope), chosen)
             picks.append(chosen)
         gather[fitted.name] = np.array(picks, dtype=np.int64)
