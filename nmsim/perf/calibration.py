@@ -412,7 +412,11 @@ def _times(design: _Design, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _row_losses(design: _Design, x: np.ndarray) -> np.ndarray:
     """Weighted squared log errors per row: the speedup, plus a quarter of each printed time."""
-    dense, sparse = _times(design, x)
+    return _losses_of_times(design, *_times(design, x))
+
+
+def _losses_of_times(design: _Design, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
+    """:func:`_row_losses` of given modelled dense and sparse seconds of the design rows."""
     speed = np.log(dense / sparse / design.measured_speedup) ** 2
     timed = ~np.isnan(design.measured_dense)
     absolute = np.zeros_like(speed)
@@ -423,18 +427,25 @@ def _row_losses(design: _Design, x: np.ndarray) -> np.ndarray:
     return design.weight * (speed + absolute)
 
 
+def _penalty_term(design: _Design, x: np.ndarray, i: int) -> float:
+    """Shrinkage of scoped slot ``i`` toward the value of the scope it refines."""
+    g = x[design.parent[i]]
+    f = _FITTED_BY_NAME[design.slots[i][0]]
+    if f.low > 0:
+        return SHRINKAGE * math.log(x[i] / g) ** 2
+    return SHRINKAGE * ((x[i] - g) / (f.high - f.low)) ** 2 * 16.0
+
+
+def _scoped_slots(design: _Design) -> list[int]:
+    """Indices of the scoped (non-global) slots, in slot order: the terms of the penalty."""
+    return [i for i, (_, scope) in enumerate(design.slots) if scope != _GLOBAL]
+
+
 def _penalty(design: _Design, x: np.ndarray) -> float:
     """Shrinkage of every scoped value toward the value of the scope it refines."""
     total = 0.0
-    for i, (name, scope) in enumerate(design.slots):
-        if scope == _GLOBAL:
-            continue
-        g = x[design.parent[i]]
-        f = _FITTED_BY_NAME[name]
-        if f.low > 0:
-            total += SHRINKAGE * math.log(x[i] / g) ** 2
-        else:
-            total += SHRINKAGE * ((x[i] - g) / (f.high - f.low)) ** 2 * 16.0
+    for i in _scoped_slots(design):
+        total += _penalty_term(design, x, i)
     return total
 
 
@@ -466,6 +477,250 @@ def _subset(design: _Design, rows: np.ndarray) -> _Design:
     )
 
 
+# --------------------------------------------------------------------------- staged timing
+# A line search moves one slot and holds every other one, so the fit times its rows in
+# stages: the (rows x configurations) arrays of ``roofline`` that no fitted value changes
+# are computed once per fit, and the roofline terms the moving parameter does not enter
+# once per line search. Every array is computed with the expression ``roofline`` uses, in
+# the same order, so the times, the losses and the fitted values are bit for bit those
+# of evaluating ``_times`` on every trial (tests/test_calibration.py checks the times).
+
+#: The term of the roofline (``_times``) each fitted parameter enters.
+_TERM_OF: dict[str, str] = {
+    "dense_compute_efficiency": "compute",
+    "sparse_compute_ratio": "compute",
+    "tile_fixed_k": "compute",
+    "balanced_tile_intensity": "compute",
+    "dense_memory_efficiency": "memory",
+    "sparse_memory_ratio": "memory",
+    "dense_k_step_ns": "latency",
+    "sparse_k_step_ratio": "latency",
+    "launch_overhead_us": "overhead",
+    "sparse_extra_overhead_us": "overhead",
+    "framework_overhead_us": "overhead",
+    "sparse_framework_overhead_us": "overhead",
+}
+
+#: Fitted parameters the dense path never reads.
+_SPARSE_ONLY = frozenset(
+    {
+        "sparse_compute_ratio",
+        "sparse_memory_ratio",
+        "sparse_k_step_ratio",
+        "sparse_extra_overhead_us",
+        "sparse_framework_overhead_us",
+    }
+)
+
+_COL = np.newaxis
+
+
+def _fastest(
+    compute: np.ndarray, memory: np.ndarray, latency: np.ndarray, overhead: np.ndarray
+) -> np.ndarray:
+    """Time of each row's fastest configuration, as ``roofline`` combines its terms.
+
+    ``roofline`` picks ``total[rows, argmin(total)]``; the row minimum is that same
+    element (ties are equal values), found in one pass.
+    """
+    return (np.maximum(np.maximum(compute, memory), latency) + overhead).min(axis=1)
+
+
+class _StagedPath:
+    """One path of some design rows, with the arrays of ``roofline`` no fitted value changes.
+
+    Parameters
+    ----------
+    block : _Block
+        The path (dense, sparse kernel level or sparse framework level) of a design.
+    rows : numpy.ndarray
+        Indices of the design rows timed on this path.
+    framework : numpy.ndarray
+        The design's framework-level flag of every row.
+    """
+
+    def __init__(self, block: _Block, rows: np.ndarray, framework: np.ndarray) -> None:
+        s = {name: values[rows][:, _COL] for name, values in block.static.items()}
+        tm, tn, split = block.grid
+        self.sparse = block.sparse
+        self.rows = rows
+        self.framework = framework[rows]
+        units = np.ceil(s["m"] / tm) * np.ceil(s["n"] / tn) * split
+        waves = np.ceil(units / s["sms"])
+        self.intensity = tm * tn / (s["a_fraction"] * tm + tn)
+        self.k_split = np.ceil(s["k"] / split)
+        self.tile_work = waves * (2.0 * tm * tn)  # waves times the flops of one tile
+        workspace = np.where(split > 1, 2.0 * 4.0 * s["m"] * s["n"] * split, 0.0)
+        self.other_bytes = s["other_bytes"] + workspace
+        self.steps = waves * np.ceil(self.k_split / s["k_per_step"])
+        self.rate_fraction = s["rate_fraction"]
+        self.math_speed = s["math_speed"]
+        self.dense_flops_per_sm = s["dense_flops_per_sm"]
+        self.a_bytes = s["a_bytes"]
+        self.bandwidth = s["bandwidth"]
+
+    def feed(self, v: dict[str, np.ndarray]) -> np.ndarray:
+        """Operand-feed share of the tensor-core rate (``roofline``'s ``feed``)."""
+        balanced = v["balanced_tile_intensity"][:, _COL] * self.rate_fraction
+        return np.minimum(1.0, self.intensity / (balanced * self.math_speed))
+
+    def compute(self, v: dict[str, np.ndarray], feed: np.ndarray) -> np.ndarray:
+        """Compute term, for per-row parameter values ``v`` (``_values`` of the path's rows)."""
+        dense_c = v["dense_compute_efficiency"]
+        c = np.minimum(dense_c, dense_c * v["sparse_compute_ratio"]) if self.sparse else dense_c
+        main = self.k_split / (self.math_speed * c[:, _COL] * feed)
+        fixed = v["tile_fixed_k"][:, _COL] / dense_c[:, _COL]
+        return self.tile_work * (main + fixed) / self.dense_flops_per_sm
+
+    def memory(self, v: dict[str, np.ndarray]) -> np.ndarray:
+        """Memory term."""
+        dense_m = v["dense_memory_efficiency"]
+        a_m = np.minimum(dense_m, dense_m * v["sparse_memory_ratio"]) if self.sparse else dense_m
+        return self.a_bytes / (self.bandwidth * a_m[:, _COL]) + self.other_bytes / (
+            self.bandwidth * dense_m[:, _COL]
+        )
+
+    def latency(self, v: dict[str, np.ndarray]) -> np.ndarray:
+        """Latency term (the shortest k-steps of the waves)."""
+        ratio = np.maximum(1.0, v["sparse_k_step_ratio"]) if self.sparse else 1.0
+        return self.steps * ((v["dense_k_step_ns"] * ratio) * 1e-9)[:, _COL]
+
+    def overhead(self, v: dict[str, np.ndarray]) -> np.ndarray:
+        """Fixed seconds of a call, as a column."""
+        s = self.sparse
+        overhead = v["launch_overhead_us"] + (v["sparse_extra_overhead_us"] if s else 0.0)
+        overhead = overhead + np.where(
+            self.framework,
+            v["framework_overhead_us"] + (v["sparse_framework_overhead_us"] if s else 0.0),
+            0.0,
+        )
+        return (overhead * 1e-6)[:, _COL]
+
+
+class _PathLine:
+    """Times of one staged path as parameter ``name`` moves: the other terms are kept.
+
+    Parameters
+    ----------
+    path : _StagedPath
+        The path.
+    values : dict
+        Per-row values of every parameter (``_values``) of the whole design, at the
+        line search's start.
+    name : str
+        The moving parameter (one value for all the path's rows: they are its slot's).
+    """
+
+    def __init__(self, path: _StagedPath, values: dict[str, np.ndarray], name: str) -> None:
+        self.path = path
+        self.name = name
+        self.v = {key: value[path.rows] for key, value in values.items()}
+        self.term = _TERM_OF[name]
+        self.feed = path.feed(self.v)
+        self.compute = path.compute(self.v, self.feed)
+        self.memory = path.memory(self.v)
+        self.latency = path.latency(self.v)
+        self.overhead = path.overhead(self.v)
+        # a path the parameter does not enter (or with no rows) keeps its times
+        moves = path.rows.size > 0 and (path.sparse or name not in _SPARSE_ONLY)
+        self.fixed = (
+            None if moves else _fastest(self.compute, self.memory, self.latency, self.overhead)
+        )
+        if self.term == "overhead":
+            self.peak = np.maximum(np.maximum(self.compute, self.memory), self.latency)
+
+    def times(self, value: float) -> np.ndarray:
+        """Time of each of the path's rows with the parameter at ``value``."""
+        if self.fixed is not None:
+            return self.fixed
+        path, v = self.path, self.v
+        v[self.name] = np.full(path.rows.size, value, dtype=np.float64)
+        if self.term == "overhead":
+            return (self.peak + path.overhead(v)).min(axis=1)  # as _fastest
+        if self.term == "compute":
+            feed = path.feed(v) if self.name == "balanced_tile_intensity" else self.feed
+            return _fastest(path.compute(v, feed), self.memory, self.latency, self.overhead)
+        if self.term == "memory":
+            return _fastest(self.compute, path.memory(v), self.latency, self.overhead)
+        return _fastest(self.compute, self.memory, path.latency(v), self.overhead)
+
+
+class _Staged:
+    """A design (the rows one slot reaches) staged for many line-search evaluations.
+
+    A sparse row is timed only on the path its level uses (kernel or framework), where
+    ``_times`` times both and keeps one.
+    """
+
+    def __init__(self, design: _Design) -> None:
+        self.design = design
+        flags = design.framework
+        self.kernel = np.flatnonzero(~flags)
+        self.framework = np.flatnonzero(flags)
+        self.paths = (
+            _StagedPath(design.dense, np.arange(flags.size), flags),
+            _StagedPath(design.sparse, self.kernel, flags),
+            _StagedPath(design.sparse_framework, self.framework, flags),
+        )
+
+    def line(self, x: np.ndarray, slot: int) -> _Line:
+        """Row losses as slot ``slot`` moves and every other slot stays at ``x``."""
+        return _Line(self, x, slot)
+
+
+class _Line:
+    """Row losses of a staged design as one slot moves (see :meth:`_Staged.line`)."""
+
+    def __init__(self, staged: _Staged, x: np.ndarray, slot: int) -> None:
+        self.staged = staged
+        values = _values(staged.design, x)
+        name = staged.design.slots[slot][0]
+        self.paths = [_PathLine(path, values, name) for path in staged.paths]
+
+    def __call__(self, value: float) -> np.ndarray:
+        """``_row_losses`` of the staged design with the slot at ``value``."""
+        staged = self.staged
+        dense, kernel, framework = (p.times(value) for p in self.paths)
+        sparse = np.empty_like(dense)
+        sparse[staged.kernel] = kernel
+        sparse[staged.framework] = framework
+        return _losses_of_times(staged.design, dense, sparse)
+
+
+class _StagedPenalty:
+    """The shrinkage penalty as one slot moves: the terms it does not enter are kept."""
+
+    def __init__(self, design: _Design) -> None:
+        self.design = design
+        self.scoped = _scoped_slots(design)
+        # the penalty terms (positions in ``scoped``) each slot enters: its own, if it is
+        # scoped, and those of the scopes that refine it
+        self.enters = [
+            [k for k, j in enumerate(self.scoped) if j == i or design.parent[j] == i]
+            for i in range(len(design.slots))
+        ]
+
+    def line(self, x: np.ndarray, slot: int) -> Callable[[np.ndarray], float]:
+        """``_penalty`` of a trial ``x`` that differs from ``x`` at ``slot`` only."""
+        design, scoped = self.design, self.scoped
+        moving = set(self.enters[slot])
+        terms = [_penalty_term(design, x, j) for j in scoped]
+        first = min(moving, default=len(scoped))
+        # the same left-to-right sum as _penalty: the terms before the first moving one
+        # add up to the same partial sum whatever the trial
+        head = 0.0
+        for term in terms[:first]:
+            head += term
+
+        def penalty(trial: np.ndarray) -> float:
+            total = head
+            for k in range(first, len(scoped)):
+                total += _penalty_term(design, trial, scoped[k]) if k in moving else terms[k]
+            return total
+
+        return penalty
+
+
 def _golden(f: Callable[[float], float], lo: float, hi: float, iterations: int) -> float:
     ratio = (math.sqrt(5) - 1) / 2
     a, b = lo, hi
@@ -483,35 +738,47 @@ def _golden(f: Callable[[float], float], lo: float, hi: float, iterations: int) 
     return c if fc <= fd else d
 
 
+def _reach(design: _Design) -> list[np.ndarray]:
+    """Indices of the rows each slot's value reaches (through any parameter's gather)."""
+    return [
+        np.flatnonzero(np.any([g == i for g in design.gather.values()], axis=0))
+        for i in range(len(design.slots))
+    ]
+
+
 def _fit_slots(design: _Design, *, sweeps: int, iterations: int) -> np.ndarray:
     x = np.array([_FITTED_BY_NAME[name].start for name, _ in design.slots], dtype=np.float64)
     row_loss = _row_losses(design, x)
     # rows each slot reaches: a line search re-times only those (same arithmetic, so the
     # result is what evaluating the whole loss would give)
-    reach = [
-        np.flatnonzero(np.any([g == i for g in design.gather.values()], axis=0))
-        for i in range(len(design.slots))
-    ]
-    parts = [_subset(design, rows) for rows in reach]
+    reach = _reach(design)
+    staged = [_Staged(_subset(design, rows)) for rows in reach]
+    penalty = _StagedPenalty(design)
     for _ in range(sweeps):
         for i, (name, _) in enumerate(design.slots):
             f = _FITTED_BY_NAME[name]
-            rows, part = reach[i], parts[i]
+            rows = reach[i]
             others = float(np.sum(row_loss)) - float(np.sum(row_loss[rows]))
+            line = staged[i].line(x, i)
+            shrinkage = penalty.line(x, i)
 
             def loss_at(
-                value: float, i: int = i, part: _Design = part, others: float = others
+                value: float,
+                i: int = i,
+                line: _Line = line,
+                shrinkage: Callable[[np.ndarray], float] = shrinkage,
+                others: float = others,
             ) -> float:
                 trial = x.copy()
                 trial[i] = value
-                return others + float(np.sum(_row_losses(part, trial))) + _penalty(design, trial)
+                return others + float(np.sum(line(value))) + shrinkage(trial)
 
             current = loss_at(x[i])
             value = _golden(loss_at, f.low, f.high, iterations)
             # golden section may land on a worse local point; never accept a worse loss
             if loss_at(value) <= current:
                 x[i] = value
-                row_loss[rows] = _row_losses(part, x)
+                row_loss[rows] = line(value)
     return x
 
 
