@@ -412,19 +412,49 @@ def _times(design: _Design, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _row_losses(design: _Design, x: np.ndarray) -> np.ndarray:
     """Weighted squared log errors per row: the speedup, plus a quarter of each printed time."""
-    return _losses_of_times(design, *_times(design, x))
+    return _losses_of_times(_Measured.of(design), *_times(design, x))
 
 
-def _losses_of_times(design: _Design, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
+@dataclass(frozen=True)
+class _Measured:
+    """The measured side of a design's row losses, split once for many evaluations."""
+
+    speedup: np.ndarray
+    weight: np.ndarray
+    timed: np.ndarray | None  # indices of the rows with printed times; None: every row
+    dense: np.ndarray  # the printed seconds of those rows
+    sparse: np.ndarray
+
+    @classmethod
+    def of(cls, design: _Design) -> _Measured:
+        """The measured values of ``design``'s rows."""
+        printed = ~np.isnan(design.measured_dense)
+        timed = None if printed.all() else np.flatnonzero(printed)
+        pick = slice(None) if timed is None else timed
+        return cls(
+            speedup=design.measured_speedup,
+            weight=design.weight,
+            timed=timed,
+            dense=design.measured_dense[pick],
+            sparse=design.measured_sparse[pick],
+        )
+
+
+def _losses_of_times(measured: _Measured, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
     """:func:`_row_losses` of given modelled dense and sparse seconds of the design rows."""
-    speed = np.log(dense / sparse / design.measured_speedup) ** 2
-    timed = ~np.isnan(design.measured_dense)
-    absolute = np.zeros_like(speed)
-    absolute[timed] = ABSOLUTE_WEIGHT * (
-        np.log(dense[timed] / design.measured_dense[timed]) ** 2
-        + np.log(sparse[timed] / design.measured_sparse[timed]) ** 2
-    )
-    return design.weight * (speed + absolute)
+    speed = np.log(dense / sparse / measured.speedup) ** 2
+    timed = measured.timed
+    if timed is None:  # every row printed its times (most slots' rows): no scatter needed
+        absolute = ABSOLUTE_WEIGHT * (
+            np.log(dense / measured.dense) ** 2 + np.log(sparse / measured.sparse) ** 2
+        )
+    else:
+        absolute = np.zeros_like(speed)
+        absolute[timed] = ABSOLUTE_WEIGHT * (
+            np.log(dense[timed] / measured.dense) ** 2
+            + np.log(sparse[timed] / measured.sparse) ** 2
+        )
+    return measured.weight * (speed + absolute)
 
 
 def _penalty_term(design: _Design, x: np.ndarray, i: int) -> float:
@@ -512,22 +542,25 @@ _SPARSE_ONLY = frozenset(
     }
 )
 
-_COL = np.newaxis
-
 
 def _fastest(
     compute: np.ndarray, memory: np.ndarray, latency: np.ndarray, overhead: np.ndarray
 ) -> np.ndarray:
     """Time of each row's fastest configuration, as ``roofline`` combines its terms.
 
-    ``roofline`` picks ``total[rows, argmin(total)]``; the row minimum is that same
-    element (ties are equal values), found in one pass.
+    The staged arrays are (configurations x rows), so that the row values broadcast along
+    the long contiguous axis and the minimum over configurations is a fast elementwise
+    reduction. ``roofline`` picks ``total[rows, argmin(total)]``; the minimum is that
+    same element (ties are equal values).
     """
-    return (np.maximum(np.maximum(compute, memory), latency) + overhead).min(axis=1)
+    return (np.maximum(np.maximum(compute, memory), latency) + overhead).min(axis=0)
 
 
 class _StagedPath:
     """One path of some design rows, with the arrays of ``roofline`` no fitted value changes.
+
+    Every array is (configurations x rows), ``roofline``'s transposed (the elementwise
+    arithmetic, and so every value, is the same); per-row values are 1-D.
 
     Parameters
     ----------
@@ -540,8 +573,8 @@ class _StagedPath:
     """
 
     def __init__(self, block: _Block, rows: np.ndarray, framework: np.ndarray) -> None:
-        s = {name: values[rows][:, _COL] for name, values in block.static.items()}
-        tm, tn, split = block.grid
+        s = {name: values[rows] for name, values in block.static.items()}
+        tm, tn, split = (values[:, np.newaxis] for values in block.grid)
         self.sparse = block.sparse
         self.rows = rows
         self.framework = framework[rows]
@@ -560,33 +593,38 @@ class _StagedPath:
         self.bandwidth = s["bandwidth"]
 
     def feed(self, v: dict[str, np.ndarray]) -> np.ndarray:
-        """Operand-feed share of the tensor-core rate (``roofline``'s ``feed``)."""
-        balanced = v["balanced_tile_intensity"][:, _COL] * self.rate_fraction
+        """Operand-feed share of the tensor-core rate, for per-row parameter values ``v``."""
+        balanced = v["balanced_tile_intensity"] * self.rate_fraction
         return np.minimum(1.0, self.intensity / (balanced * self.math_speed))
 
-    def compute(self, v: dict[str, np.ndarray], feed: np.ndarray) -> np.ndarray:
-        """Compute term, for per-row parameter values ``v`` (``_values`` of the path's rows)."""
+    def main(self, v: dict[str, np.ndarray], feed: np.ndarray) -> np.ndarray:
+        """Main-loop part of the compute term, in k of the dense loop."""
         dense_c = v["dense_compute_efficiency"]
         c = np.minimum(dense_c, dense_c * v["sparse_compute_ratio"]) if self.sparse else dense_c
-        main = self.k_split / (self.math_speed * c[:, _COL] * feed)
-        fixed = v["tile_fixed_k"][:, _COL] / dense_c[:, _COL]
+        return self.k_split / (self.math_speed * c * feed)
+
+    def compute(self, v: dict[str, np.ndarray], main: np.ndarray) -> np.ndarray:
+        """Compute term."""
+        fixed = v["tile_fixed_k"] / v["dense_compute_efficiency"]
         return self.tile_work * (main + fixed) / self.dense_flops_per_sm
 
-    def memory(self, v: dict[str, np.ndarray]) -> np.ndarray:
-        """Memory term."""
+    def a_memory(self, v: dict[str, np.ndarray]) -> np.ndarray:
+        """Memory term of the A operand (per row)."""
         dense_m = v["dense_memory_efficiency"]
         a_m = np.minimum(dense_m, dense_m * v["sparse_memory_ratio"]) if self.sparse else dense_m
-        return self.a_bytes / (self.bandwidth * a_m[:, _COL]) + self.other_bytes / (
-            self.bandwidth * dense_m[:, _COL]
-        )
+        return self.a_bytes / (self.bandwidth * a_m)
+
+    def other_memory(self, v: dict[str, np.ndarray]) -> np.ndarray:
+        """Memory term of B, C and the split-K workspace."""
+        return self.other_bytes / (self.bandwidth * v["dense_memory_efficiency"])
 
     def latency(self, v: dict[str, np.ndarray]) -> np.ndarray:
         """Latency term (the shortest k-steps of the waves)."""
         ratio = np.maximum(1.0, v["sparse_k_step_ratio"]) if self.sparse else 1.0
-        return self.steps * ((v["dense_k_step_ns"] * ratio) * 1e-9)[:, _COL]
+        return self.steps * ((v["dense_k_step_ns"] * ratio) * 1e-9)
 
     def overhead(self, v: dict[str, np.ndarray]) -> np.ndarray:
-        """Fixed seconds of a call, as a column."""
+        """Fixed seconds of a call (per row)."""
         s = self.sparse
         overhead = v["launch_overhead_us"] + (v["sparse_extra_overhead_us"] if s else 0.0)
         overhead = overhead + np.where(
@@ -594,11 +632,11 @@ class _StagedPath:
             v["framework_overhead_us"] + (v["sparse_framework_overhead_us"] if s else 0.0),
             0.0,
         )
-        return (overhead * 1e-6)[:, _COL]
+        return overhead * 1e-6
 
 
 class _PathLine:
-    """Times of one staged path as parameter ``name`` moves: the other terms are kept.
+    """Times of one staged path as parameter ``name`` moves: what it does not enter is kept.
 
     Parameters
     ----------
@@ -614,35 +652,49 @@ class _PathLine:
     def __init__(self, path: _StagedPath, values: dict[str, np.ndarray], name: str) -> None:
         self.path = path
         self.name = name
-        self.v = {key: value[path.rows] for key, value in values.items()}
+        self.v = v = {key: value[path.rows] for key, value in values.items()}
         self.term = _TERM_OF[name]
-        self.feed = path.feed(self.v)
-        self.compute = path.compute(self.v, self.feed)
-        self.memory = path.memory(self.v)
-        self.latency = path.latency(self.v)
-        self.overhead = path.overhead(self.v)
+        self.feed = path.feed(v)
+        self.main = path.main(v, self.feed)
+        self.compute = path.compute(v, self.main)
+        self.a_memory = path.a_memory(v)
+        self.other_memory = path.other_memory(v)
+        self.memory = self.a_memory + self.other_memory
+        self.latency = path.latency(v)
+        self.overhead = path.overhead(v)
         # a path the parameter does not enter (or with no rows) keeps its times
         moves = path.rows.size > 0 and (path.sparse or name not in _SPARSE_ONLY)
         self.fixed = (
             None if moves else _fastest(self.compute, self.memory, self.latency, self.overhead)
         )
-        if self.term == "overhead":
+        # the partial maxima _fastest builds before the term that moves
+        if self.term == "latency":
+            self.peak = np.maximum(self.compute, self.memory)
+        elif self.term == "overhead":
             self.peak = np.maximum(np.maximum(self.compute, self.memory), self.latency)
 
     def times(self, value: float) -> np.ndarray:
         """Time of each of the path's rows with the parameter at ``value``."""
         if self.fixed is not None:
             return self.fixed
-        path, v = self.path, self.v
-        v[self.name] = np.full(path.rows.size, value, dtype=np.float64)
-        if self.term == "overhead":
-            return (self.peak + path.overhead(v)).min(axis=1)  # as _fastest
+        path, v, name = self.path, self.v, self.name
+        v[name] = np.full(path.rows.size, value, dtype=np.float64)
         if self.term == "compute":
-            feed = path.feed(v) if self.name == "balanced_tile_intensity" else self.feed
-            return _fastest(path.compute(v, feed), self.memory, self.latency, self.overhead)
+            if name == "tile_fixed_k":
+                main = self.main
+            else:
+                feed = path.feed(v) if name == "balanced_tile_intensity" else self.feed
+                main = path.main(v, feed)
+            compute = path.compute(v, main)
+            return _fastest(compute, self.memory, self.latency, self.overhead)
         if self.term == "memory":
-            return _fastest(self.compute, path.memory(v), self.latency, self.overhead)
-        return _fastest(self.compute, self.memory, path.latency(v), self.overhead)
+            other = self.other_memory if name == "sparse_memory_ratio" else path.other_memory(v)
+            memory = path.a_memory(v) + other
+            return _fastest(self.compute, memory, self.latency, self.overhead)
+        # the rest of _fastest after the partial maximum
+        if self.term == "latency":
+            return (np.maximum(self.peak, path.latency(v)) + self.overhead).min(axis=0)
+        return (self.peak + path.overhead(v)).min(axis=0)
 
 
 class _Staged:
@@ -654,6 +706,7 @@ class _Staged:
 
     def __init__(self, design: _Design) -> None:
         self.design = design
+        self.measured = _Measured.of(design)
         flags = design.framework
         self.kernel = np.flatnonzero(~flags)
         self.framework = np.flatnonzero(flags)
@@ -684,7 +737,7 @@ class _Line:
         sparse = np.empty_like(dense)
         sparse[staged.kernel] = kernel
         sparse[staged.framework] = framework
-        return _losses_of_times(staged.design, dense, sparse)
+        return _losses_of_times(staged.measured, dense, sparse)
 
 
 class _StagedPenalty:
@@ -703,7 +756,7 @@ class _StagedPenalty:
     def line(self, x: np.ndarray, slot: int) -> Callable[[np.ndarray], float]:
         """``_penalty`` of a trial ``x`` that differs from ``x`` at ``slot`` only."""
         design, scoped = self.design, self.scoped
-        moving = set(self.enters[slot])
+        moving = self.enters[slot]
         terms = [_penalty_term(design, x, j) for j in scoped]
         first = min(moving, default=len(scoped))
         # the same left-to-right sum as _penalty: the terms before the first moving one
@@ -711,11 +764,15 @@ class _StagedPenalty:
         head = 0.0
         for term in terms[:first]:
             head += term
+        tail = terms[first:]
 
         def penalty(trial: np.ndarray) -> float:
+            rest = tail.copy()
+            for k in moving:
+                rest[k - first] = _penalty_term(design, trial, scoped[k])
             total = head
-            for k in range(first, len(scoped)):
-                total += _penalty_term(design, trial, scoped[k]) if k in moving else terms[k]
+            for term in rest:
+                total += term
             return total
 
         return penalty
