@@ -300,11 +300,15 @@ def _design(rows: Sequence[Measurement], structure: GemmParameters = STRUCTURE) 
     counts: dict[tuple[str, tuple[str, str, str]], int] = {}
     parents: dict[tuple[str, tuple[str, str, str]], tuple[str, str, str]] = {}
     keys = [_scope_key(row) for row in rows]
+    # rows of one scope key have the same chains: count each key once, by its rows, in the
+    # order of its last row (so the parent written last is the one the last row writes)
+    last = {key: i for i, key in enumerate(keys)}
+    multiplicity = {key: keys.count(key) for key in sorted(last, key=last.__getitem__)}
     for fitted in FITTED:
-        for key in keys:
+        for key, rows_of_key in multiplicity.items():
             chain = _scope_chain(key, fitted.name)
             for position, scope in enumerate(chain):
-                counts[(fitted.name, scope)] = counts.get((fitted.name, scope), 0) + 1
+                counts[(fitted.name, scope)] = counts.get((fitted.name, scope), 0) + rows_of_key
                 if position:
                     parents[(fitted.name, scope)] = chain[position - 1]
     for fitted in FITTED:
@@ -330,13 +334,13 @@ def _design(rows: Sequence[Measurement], structure: GemmParameters = STRUCTURE) 
         parent_slot.append(index[(name, parent if parent is not None else _GLOBAL)])
     gather = {}
     for fitted in FITTED:
-        picks = []
-        for key in keys:
+        picks = {}
+        for key in multiplicity:
             chosen = index[(fitted.name, _GLOBAL)]
             for scope in _scope_chain(key, fitted.name):
                 chosen = index.get((fitted.name, scope), chosen)
-            picks.append(chosen)
-        gather[fitted.name] = np.array(picks, dtype=np.int64)
+            picks[key] = chosen
+        gather[fitted.name] = np.array([picks[key] for key in keys], dtype=np.int64)
     per_source: dict[str, int] = {}
     for row in rows:
         per_source[row.source] = per_source.get(row.source, 0) + 1
