@@ -513,11 +513,12 @@ def _subset(design: _Design, rows: np.ndarray) -> _Design:
 
 # --------------------------------------------------------------------------- staged timing
 # A line search moves one slot and holds every other one, so the fit times its rows in
-# stages: the (rows x configurations) arrays of ``roofline`` that no fitted value changes
+# stages: the (configurations x rows) arrays of ``roofline`` that no fitted value changes
 # are computed once per fit, and the roofline terms the moving parameter does not enter
 # once per line search. Every array is computed with the expression ``roofline`` uses, in
 # the same order, so the times, the losses and the fitted values are bit for bit those
-# of evaluating ``_times`` on every trial (tests/test_calibration.py checks the times).
+# of evaluating ``_row_losses`` on every trial (tests/test_calibration.py checks every
+# slot's line search against it).
 
 #: The term of the roofline (``_times``) each fitted parameter enters.
 _TERM_OF: dict[str, str] = {
@@ -877,7 +878,7 @@ def fit_table(
     (:data:`~nmsim.perf.gemm_parameters.SCOPED_FIELDS`), one value per scope
     with at least :data:`MIN_SCOPE_ROWS` rows, shrunk toward the global
     value. Cost: ``sweeps * slots * (iterations + 3)`` loss evaluations, each
-    O(rows x configurations).
+    O(rows the slot reaches x configurations).
     """
     usable = list(rows)
     if not usable:
