@@ -274,17 +274,23 @@ class _Design:
 _GLOBAL = ("*", "*", "*")
 
 
-def _row_scopes(row: Measurement, name: str) -> list[tuple[str, str, str]]:
-    """Scopes of ``name`` that may hold a value for ``row``: global first, then coarse to fine."""
+def _scope_key(row: Measurement) -> tuple[str, str, str]:
+    """``(architecture, library, dtype class)`` of a row: what its scopes are built from."""
     library = row.library if row.library != "other" else default_library(row.dtype)
+    return row.architecture, library, dtype_class(row.dtype)
+
+
+@cache
+def _scope_chain(key: tuple[str, str, str], name: str) -> tuple[tuple[str, str, str], ...]:
+    """Scopes of ``name`` for rows of scope key ``key``: global first, then coarse to fine.
+
+    Cached: a corpus has a handful of keys, and :func:`_design` asks for every row and
+    parameter, once per CV fold.
+    """
     allowed = SCOPED_FIELDS.get(name, ())
-    chain = [
-        scope
-        for scope in scopes_of(row.architecture, library, dtype_class(row.dtype))
-        if scope_pattern(scope) in allowed
-    ]
+    chain = [scope for scope in scopes_of(*key) if scope_pattern(scope) in allowed]
     chain.sort(key=lambda scope: allowed.index(scope_pattern(scope)))
-    return [_GLOBAL, *chain]
+    return (_GLOBAL, *chain)
 
 
 def _design(rows: Sequence[Measurement], structure: GemmParameters = STRUCTURE) -> _Design:
@@ -293,11 +299,16 @@ def _design(rows: Sequence[Measurement], structure: GemmParameters = STRUCTURE) 
     index: dict[tuple[str, tuple[str, str, str]], int] = {}
     counts: dict[tuple[str, tuple[str, str, str]], int] = {}
     parents: dict[tuple[str, tuple[str, str, str]], tuple[str, str, str]] = {}
+    keys = [_scope_key(row) for row in rows]
+    # rows of one scope key have the same chains: count each key once, by its rows, in the
+    # order of its last row (so the parent written last is the one the last row writes)
+    last = {key: i for i, key in enumerate(keys)}
+    multiplicity = {key: keys.count(key) for key in sorted(last, key=last.__getitem__)}
     for fitted in FITTED:
-        for row in rows:
-            chain = _row_scopes(row, fitted.name)
+        for key, rows_of_key in multiplicity.items():
+            chain = _scope_chain(key, fitted.name)
             for position, scope in enumerate(chain):
-                counts[(fitted.name, scope)] = counts.get((fitted.name, scope), 0) + 1
+                counts[(fitted.name, scope)] = counts.get((fitted.name, scope), 0) + rows_of_key
                 if position:
                     parents[(fitted.name, scope)] = chain[position - 1]
     for fitted in FITTED:
@@ -323,13 +334,13 @@ def _design(rows: Sequence[Measurement], structure: GemmParameters = STRUCTURE) 
         parent_slot.append(index[(name, parent if parent is not None else _GLOBAL)])
     gather = {}
     for fitted in FITTED:
-        picks = []
-        for row in rows:
+        picks = {}
+        for key in multiplicity:
             chosen = index[(fitted.name, _GLOBAL)]
-            for scope in _row_scopes(row, fitted.name):
+            for scope in _scope_chain(key, fitted.name):
                 chosen = index.get((fitted.name, scope), chosen)
-            picks.append(chosen)
-        gather[fitted.name] = np.array(picks, dtype=np.int64)
+            picks[key] = chosen
+        gather[fitted.name] = np.array([picks[key] for key in keys], dtype=np.int64)
     per_source: dict[str, int] = {}
     for row in rows:
         per_source[row.source] = per_source.get(row.source, 0) + 1
@@ -405,29 +416,70 @@ def _times(design: _Design, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _row_losses(design: _Design, x: np.ndarray) -> np.ndarray:
     """Weighted squared log errors per row: the speedup, plus a quarter of each printed time."""
-    dense, sparse = _times(design, x)
-    speed = np.log(dense / sparse / design.measured_speedup) ** 2
-    timed = ~np.isnan(design.measured_dense)
-    absolute = np.zeros_like(speed)
-    absolute[timed] = ABSOLUTE_WEIGHT * (
-        np.log(dense[timed] / design.measured_dense[timed]) ** 2
-        + np.log(sparse[timed] / design.measured_sparse[timed]) ** 2
-    )
-    return design.weight * (speed + absolute)
+    return _losses_of_times(_Measured.of(design), *_times(design, x))
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """The measured side of a design's row losses, split once for many evaluations."""
+
+    speedup: np.ndarray
+    weight: np.ndarray
+    timed: np.ndarray | None  # indices of the rows with printed times; None: every row
+    dense: np.ndarray  # the printed seconds of those rows
+    sparse: np.ndarray
+
+    @classmethod
+    def of(cls, design: _Design) -> _Measured:
+        """The measured values of ``design``'s rows."""
+        printed = ~np.isnan(design.measured_dense)
+        timed = None if printed.all() else np.flatnonzero(printed)
+        pick = slice(None) if timed is None else timed
+        return cls(
+            speedup=design.measured_speedup,
+            weight=design.weight,
+            timed=timed,
+            dense=design.measured_dense[pick],
+            sparse=design.measured_sparse[pick],
+        )
+
+
+def _losses_of_times(measured: _Measured, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
+    """:func:`_row_losses` of given modelled dense and sparse seconds of the design rows."""
+    speed = np.log(dense / sparse / measured.speedup) ** 2
+    timed = measured.timed
+    if timed is None:  # every row printed its times (most slots' rows): no scatter needed
+        absolute = ABSOLUTE_WEIGHT * (
+            np.log(dense / measured.dense) ** 2 + np.log(sparse / measured.sparse) ** 2
+        )
+    else:
+        absolute = np.zeros_like(speed)
+        absolute[timed] = ABSOLUTE_WEIGHT * (
+            np.log(dense[timed] / measured.dense) ** 2
+            + np.log(sparse[timed] / measured.sparse) ** 2
+        )
+    return measured.weight * (speed + absolute)
+
+
+def _penalty_term(design: _Design, x: np.ndarray, i: int) -> float:
+    """Shrinkage of scoped slot ``i`` toward the value of the scope it refines."""
+    g = x[design.parent[i]]
+    f = _FITTED_BY_NAME[design.slots[i][0]]
+    if f.low > 0:
+        return SHRINKAGE * math.log(x[i] / g) ** 2
+    return SHRINKAGE * ((x[i] - g) / (f.high - f.low)) ** 2 * 16.0
+
+
+def _scoped_slots(design: _Design) -> list[int]:
+    """Indices of the scoped (non-global) slots, in slot order: the terms of the penalty."""
+    return [i for i, (_, scope) in enumerate(design.slots) if scope != _GLOBAL]
 
 
 def _penalty(design: _Design, x: np.ndarray) -> float:
     """Shrinkage of every scoped value toward the value of the scope it refines."""
     total = 0.0
-    for i, (name, scope) in enumerate(design.slots):
-        if scope == _GLOBAL:
-            continue
-        g = x[design.parent[i]]
-        f = _FITTED_BY_NAME[name]
-        if f.low > 0:
-            total += SHRINKAGE * math.log(x[i] / g) ** 2
-        else:
-            total += SHRINKAGE * ((x[i] - g) / (f.high - f.low)) ** 2 * 16.0
+    for i in _scoped_slots(design):
+        total += _penalty_term(design, x, i)
     return total
 
 
@@ -459,6 +511,278 @@ def _subset(design: _Design, rows: np.ndarray) -> _Design:
     )
 
 
+# --------------------------------------------------------------------------- staged timing
+# A line search moves one slot and holds every other one, so the fit times its rows in
+# stages: the (configurations x rows) arrays of ``roofline`` that no fitted value changes
+# are computed once per fit, and the roofline terms the moving parameter does not enter
+# once per line search. Every array is computed with the expression ``roofline`` uses, in
+# the same order, so the times, the losses and the fitted values are bit for bit those
+# of evaluating ``_row_losses`` on every trial (tests/test_calibration.py checks every
+# slot's line search against it).
+
+#: The term of the roofline (``_times``) each fitted parameter enters.
+_TERM_OF: dict[str, str] = {
+    "dense_compute_efficiency": "compute",
+    "sparse_compute_ratio": "compute",
+    "tile_fixed_k": "compute",
+    "balanced_tile_intensity": "compute",
+    "dense_memory_efficiency": "memory",
+    "sparse_memory_ratio": "memory",
+    "dense_k_step_ns": "latency",
+    "sparse_k_step_ratio": "latency",
+    "launch_overhead_us": "overhead",
+    "sparse_extra_overhead_us": "overhead",
+    "framework_overhead_us": "overhead",
+    "sparse_framework_overhead_us": "overhead",
+}
+
+#: Fitted parameters the dense path never reads.
+_SPARSE_ONLY = frozenset(
+    {
+        "sparse_compute_ratio",
+        "sparse_memory_ratio",
+        "sparse_k_step_ratio",
+        "sparse_extra_overhead_us",
+        "sparse_framework_overhead_us",
+    }
+)
+
+
+def _fastest(
+    compute: np.ndarray, memory: np.ndarray, latency: np.ndarray, overhead: np.ndarray
+) -> np.ndarray:
+    """Time of each row's fastest configuration, as ``roofline`` combines its terms.
+
+    The staged arrays are (configurations x rows), so that the row values broadcast along
+    the long contiguous axis and the minimum over configurations is a fast elementwise
+    reduction. ``roofline`` picks ``total[rows, argmin(total)]``; the minimum is that
+    same element (ties are equal values).
+    """
+    return (np.maximum(np.maximum(compute, memory), latency) + overhead).min(axis=0)
+
+
+class _StagedPath:
+    """One path of some design rows, with the arrays of ``roofline`` no fitted value changes.
+
+    Every array is (configurations x rows), ``roofline``'s transposed (the elementwise
+    arithmetic, and so every value, is the same); per-row values are 1-D.
+
+    Parameters
+    ----------
+    block : _Block
+        The path (dense, sparse kernel level or sparse framework level) of a design.
+    rows : numpy.ndarray
+        Indices of the design rows timed on this path.
+    framework : numpy.ndarray
+        The design's framework-level flag of every row.
+    """
+
+    def __init__(self, block: _Block, rows: np.ndarray, framework: np.ndarray) -> None:
+        s = {name: values[rows] for name, values in block.static.items()}
+        tm, tn, split = (values[:, np.newaxis] for values in block.grid)
+        self.sparse = block.sparse
+        self.rows = rows
+        self.framework = framework[rows]
+        units = np.ceil(s["m"] / tm) * np.ceil(s["n"] / tn) * split
+        waves = np.ceil(units / s["sms"])
+        self.intensity = tm * tn / (s["a_fraction"] * tm + tn)
+        self.k_split = np.ceil(s["k"] / split)
+        self.tile_work = waves * (2.0 * tm * tn)  # waves times the flops of one tile
+        workspace = np.where(split > 1, 2.0 * 4.0 * s["m"] * s["n"] * split, 0.0)
+        self.other_bytes = s["other_bytes"] + workspace
+        self.steps = waves * np.ceil(self.k_split / s["k_per_step"])
+        self.rate_fraction = s["rate_fraction"]
+        self.math_speed = s["math_speed"]
+        self.dense_flops_per_sm = s["dense_flops_per_sm"]
+        self.a_bytes = s["a_bytes"]
+        self.bandwidth = s["bandwidth"]
+
+    def feed(self, v: dict[str, np.ndarray]) -> np.ndarray:
+        """Operand-feed share of the tensor-core rate, for per-row parameter values ``v``."""
+        balanced = v["balanced_tile_intensity"] * self.rate_fraction
+        return np.minimum(1.0, self.intensity / (balanced * self.math_speed))
+
+    def main(self, v: dict[str, np.ndarray], feed: np.ndarray) -> np.ndarray:
+        """Main-loop part of the compute term, in k of the dense loop."""
+        dense_c = v["dense_compute_efficiency"]
+        c = np.minimum(dense_c, dense_c * v["sparse_compute_ratio"]) if self.sparse else dense_c
+        return self.k_split / (self.math_speed * c * feed)
+
+    def compute(self, v: dict[str, np.ndarray], main: np.ndarray) -> np.ndarray:
+        """Compute term."""
+        fixed = v["tile_fixed_k"] / v["dense_compute_efficiency"]
+        return self.tile_work * (main + fixed) / self.dense_flops_per_sm
+
+    def a_memory(self, v: dict[str, np.ndarray]) -> np.ndarray:
+        """Memory term of the A operand (per row)."""
+        dense_m = v["dense_memory_efficiency"]
+        a_m = np.minimum(dense_m, dense_m * v["sparse_memory_ratio"]) if self.sparse else dense_m
+        return self.a_bytes / (self.bandwidth * a_m)
+
+    def other_memory(self, v: dict[str, np.ndarray]) -> np.ndarray:
+        """Memory term of B, C and the split-K workspace."""
+        return self.other_bytes / (self.bandwidth * v["dense_memory_efficiency"])
+
+    def latency(self, v: dict[str, np.ndarray]) -> np.ndarray:
+        """Latency term (the shortest k-steps of the waves)."""
+        ratio = np.maximum(1.0, v["sparse_k_step_ratio"]) if self.sparse else 1.0
+        return self.steps * ((v["dense_k_step_ns"] * ratio) * 1e-9)
+
+    def overhead(self, v: dict[str, np.ndarray]) -> np.ndarray:
+        """Fixed seconds of a call (per row)."""
+        s = self.sparse
+        overhead = v["launch_overhead_us"] + (v["sparse_extra_overhead_us"] if s else 0.0)
+        overhead = overhead + np.where(
+            self.framework,
+            v["framework_overhead_us"] + (v["sparse_framework_overhead_us"] if s else 0.0),
+            0.0,
+        )
+        return overhead * 1e-6
+
+
+class _PathLine:
+    """Times of one staged path as parameter ``name`` moves: what it does not enter is kept.
+
+    Parameters
+    ----------
+    path : _StagedPath
+        The path.
+    values : dict
+        Per-row values of every parameter (``_values``) of the whole design, at the
+        line search's start.
+    name : str
+        The moving parameter (one value for all the path's rows: they are its slot's).
+    """
+
+    def __init__(self, path: _StagedPath, values: dict[str, np.ndarray], name: str) -> None:
+        self.path = path
+        self.name = name
+        self.v = v = {key: value[path.rows] for key, value in values.items()}
+        self.term = _TERM_OF[name]
+        self.feed = path.feed(v)
+        self.main = path.main(v, self.feed)
+        self.compute = path.compute(v, self.main)
+        self.a_memory = path.a_memory(v)
+        self.other_memory = path.other_memory(v)
+        self.memory = self.a_memory + self.other_memory
+        self.latency = path.latency(v)
+        self.overhead = path.overhead(v)
+        # a path the parameter does not enter (or with no rows) keeps its times
+        moves = path.rows.size > 0 and (path.sparse or name not in _SPARSE_ONLY)
+        self.fixed = (
+            None if moves else _fastest(self.compute, self.memory, self.latency, self.overhead)
+        )
+        # the partial maxima _fastest builds before the term that moves
+        if self.term == "latency":
+            self.peak = np.maximum(self.compute, self.memory)
+        elif self.term == "overhead":
+            self.peak = np.maximum(np.maximum(self.compute, self.memory), self.latency)
+
+    def times(self, value: float) -> np.ndarray:
+        """Time of each of the path's rows with the parameter at ``value``."""
+        if self.fixed is not None:
+            return self.fixed
+        path, v, name = self.path, self.v, self.name
+        v[name] = np.full(path.rows.size, value, dtype=np.float64)
+        if self.term == "compute":
+            if name == "tile_fixed_k":
+                main = self.main
+            else:
+                feed = path.feed(v) if name == "balanced_tile_intensity" else self.feed
+                main = path.main(v, feed)
+            compute = path.compute(v, main)
+            return _fastest(compute, self.memory, self.latency, self.overhead)
+        if self.term == "memory":
+            other = self.other_memory if name == "sparse_memory_ratio" else path.other_memory(v)
+            memory = path.a_memory(v) + other
+            return _fastest(self.compute, memory, self.latency, self.overhead)
+        # the rest of _fastest after the partial maximum
+        if self.term == "latency":
+            return (np.maximum(self.peak, path.latency(v)) + self.overhead).min(axis=0)
+        return (self.peak + path.overhead(v)).min(axis=0)
+
+
+class _Staged:
+    """A design (the rows one slot reaches) staged for many line-search evaluations.
+
+    A sparse row is timed only on the path its level uses (kernel or framework), where
+    ``_times`` times both and keeps one.
+    """
+
+    def __init__(self, design: _Design) -> None:
+        self.design = design
+        self.measured = _Measured.of(design)
+        flags = design.framework
+        self.kernel = np.flatnonzero(~flags)
+        self.framework = np.flatnonzero(flags)
+        self.paths = (
+            _StagedPath(design.dense, np.arange(flags.size), flags),
+            _StagedPath(design.sparse, self.kernel, flags),
+            _StagedPath(design.sparse_framework, self.framework, flags),
+        )
+
+    def line(self, x: np.ndarray, slot: int) -> _Line:
+        """Row losses as slot ``slot`` moves and every other slot stays at ``x``."""
+        return _Line(self, x, slot)
+
+
+class _Line:
+    """Row losses of a staged design as one slot moves (see :meth:`_Staged.line`)."""
+
+    def __init__(self, staged: _Staged, x: np.ndarray, slot: int) -> None:
+        self.staged = staged
+        values = _values(staged.design, x)
+        name = staged.design.slots[slot][0]
+        self.paths = [_PathLine(path, values, name) for path in staged.paths]
+
+    def __call__(self, value: float) -> np.ndarray:
+        """``_row_losses`` of the staged design with the slot at ``value``."""
+        staged = self.staged
+        dense, kernel, framework = (p.times(value) for p in self.paths)
+        sparse = np.empty_like(dense)
+        sparse[staged.kernel] = kernel
+        sparse[staged.framework] = framework
+        return _losses_of_times(staged.measured, dense, sparse)
+
+
+class _StagedPenalty:
+    """The shrinkage penalty as one slot moves: the terms it does not enter are kept."""
+
+    def __init__(self, design: _Design) -> None:
+        self.design = design
+        self.scoped = _scoped_slots(design)
+        # the penalty terms (positions in ``scoped``) each slot enters: its own, if it is
+        # scoped, and those of the scopes that refine it
+        self.enters = [
+            [k for k, j in enumerate(self.scoped) if j == i or design.parent[j] == i]
+            for i in range(len(design.slots))
+        ]
+
+    def line(self, x: np.ndarray, slot: int) -> Callable[[np.ndarray], float]:
+        """``_penalty`` of a trial ``x`` that differs from ``x`` at ``slot`` only."""
+        design, scoped = self.design, self.scoped
+        moving = self.enters[slot]
+        terms = [_penalty_term(design, x, j) for j in scoped]
+        first = min(moving, default=len(scoped))
+        # the same left-to-right sum as _penalty: the terms before the first moving one
+        # add up to the same partial sum whatever the trial
+        head = 0.0
+        for term in terms[:first]:
+            head += term
+        tail = terms[first:]
+
+        def penalty(trial: np.ndarray) -> float:
+            rest = tail.copy()
+            for k in moving:
+                rest[k - first] = _penalty_term(design, trial, scoped[k])
+            total = head
+            for term in rest:
+                total += term
+            return total
+
+        return penalty
+
+
 def _golden(f: Callable[[float], float], lo: float, hi: float, iterations: int) -> float:
     ratio = (math.sqrt(5) - 1) / 2
     a, b = lo, hi
@@ -476,35 +800,47 @@ def _golden(f: Callable[[float], float], lo: float, hi: float, iterations: int) 
     return c if fc <= fd else d
 
 
+def _reach(design: _Design) -> list[np.ndarray]:
+    """Indices of the rows each slot's value reaches (through any parameter's gather)."""
+    return [
+        np.flatnonzero(np.any([g == i for g in design.gather.values()], axis=0))
+        for i in range(len(design.slots))
+    ]
+
+
 def _fit_slots(design: _Design, *, sweeps: int, iterations: int) -> np.ndarray:
     x = np.array([_FITTED_BY_NAME[name].start for name, _ in design.slots], dtype=np.float64)
     row_loss = _row_losses(design, x)
     # rows each slot reaches: a line search re-times only those (same arithmetic, so the
     # result is what evaluating the whole loss would give)
-    reach = [
-        np.flatnonzero(np.any([g == i for g in design.gather.values()], axis=0))
-        for i in range(len(design.slots))
-    ]
-    parts = [_subset(design, rows) for rows in reach]
+    reach = _reach(design)
+    staged = [_Staged(_subset(design, rows)) for rows in reach]
+    penalty = _StagedPenalty(design)
     for _ in range(sweeps):
         for i, (name, _) in enumerate(design.slots):
             f = _FITTED_BY_NAME[name]
-            rows, part = reach[i], parts[i]
+            rows = reach[i]
             others = float(np.sum(row_loss)) - float(np.sum(row_loss[rows]))
+            line = staged[i].line(x, i)
+            shrinkage = penalty.line(x, i)
 
             def loss_at(
-                value: float, i: int = i, part: _Design = part, others: float = others
+                value: float,
+                i: int = i,
+                line: _Line = line,
+                shrinkage: Callable[[np.ndarray], float] = shrinkage,
+                others: float = others,
             ) -> float:
                 trial = x.copy()
                 trial[i] = value
-                return others + float(np.sum(_row_losses(part, trial))) + _penalty(design, trial)
+                return others + float(np.sum(line(value))) + shrinkage(trial)
 
             current = loss_at(x[i])
             value = _golden(loss_at, f.low, f.high, iterations)
             # golden section may land on a worse local point; never accept a worse loss
             if loss_at(value) <= current:
                 x[i] = value
-                row_loss[rows] = _row_losses(part, x)
+                row_loss[rows] = line(value)
     return x
 
 
@@ -542,7 +878,7 @@ def fit_table(
     (:data:`~nmsim.perf.gemm_parameters.SCOPED_FIELDS`), one value per scope
     with at least :data:`MIN_SCOPE_ROWS` rows, shrunk toward the global
     value. Cost: ``sweeps * slots * (iterations + 3)`` loss evaluations, each
-    O(rows x configurations).
+    O(rows the slot reaches x configurations).
     """
     usable = list(rows)
     if not usable:

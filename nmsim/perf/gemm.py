@@ -184,7 +184,10 @@ def roofline(
     ``C`` candidate configurations. Returns, per row, the fastest configuration
     (first in candidate order on ties) and its terms. This one function times
     every GEMM of the package (``gemm_time`` calls it with ``R = 1``; the fit
-    with the whole corpus), so the fitted model and the shipped one agree.
+    with the whole corpus), so the fitted model and the shipped one agree. (The
+    fit's line searches repeat its expressions term by term, to keep the terms a
+    parameter does not enter: ``nmsim.perf.calibration._StagedPath``, tested to
+    give the same bits.)
 
     Complexity: O(R C) arithmetic.
     """
