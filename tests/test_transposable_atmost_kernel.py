@@ -106,7 +106,8 @@ def test_kernel_equals_the_readable_solver(case):
 
 def test_the_exact_start_is_taken_decided_and_refused():
     """The three ways a tile goes (spec T2, fast kernel): the exact optimum certified by a
-    shift of its duals, certified by Bellman-Ford, or refused (keeping fewer is better)."""
+    shift of its duals, certified by Bellman-Ford, or improved by removing units (keeping
+    fewer is better)."""
     rng = np.random.default_rng(2)
     scores = np.abs(rng.standard_normal((64, 64))).astype(np.float32)
     from nmref.transposable._driver import solve_exact
