@@ -21,6 +21,7 @@ from nmref.transposable import (
     flow,
     transposable_certificate,
     transposable_mask,
+    transposable_mask_reference,
     verify_certificate,
 )
 from nmref.transposable._driver import exact_start, kernel_bits, solve_at_most
@@ -358,3 +359,61 @@ def test_iter_tiles_and_wide_status_agree_for_a_mixed_matrix():
         expected = flow.solve_tile_at_most(exact_integer_tile(tile)[0], 2)[0]
         got = result.mask[4 * tile_row : 4 * tile_row + 4, 4 * tile_column : 4 * tile_column + 4]
         np.testing.assert_array_equal(got, expected)
+
+
+# --------------------------------------------------------------------------- exact fill
+def _exact_kernel(scores: np.ndarray, n: int, m: int):
+    """The exact flow kernel alone: (mask, status) per tile, before any Python fallback."""
+    from nmref.transposable import _flow_kernels
+
+    bits, fraction_bits = kernel_bits(scores)
+    tiles = (scores.shape[0] // m) * (scores.shape[1] // m)
+    mask = np.zeros(scores.shape, dtype=bool)
+    status = np.full(tiles, TOO_WIDE, dtype=np.int8)
+    kept = np.zeros(tiles, dtype=np.int64)
+    exponents = np.zeros(tiles, dtype=np.int64)
+    duals = np.zeros((tiles, m), dtype=np.int64)
+    _flow_kernels.exact_tiles(
+        bits, fraction_bits, n, m, max_unit_bits(m), np.arange(tiles, dtype=np.int64),
+        mask, status, kept, exponents, duals, duals.copy(),
+    )  # fmt: skip
+    return mask, status
+
+
+def test_exact_fill_a_tie_of_floors_is_certified_on_sticky_units():
+    """1:2 on [[2**60, 2**60], [1, 0]] (61 bits: truncated). On floor units both patterns
+    keep 2**55 and the canonical tie would pick the diagonal, which is worse by 1 and has
+    no certificate (the tile went to the Python path); on sticky units the 1 is odd, so
+    the anti-diagonal wins and is certified in the kernel."""
+    scores = np.array([[2.0**60, 2.0**60], [1.0, 0.0]])
+    mask, status = _exact_kernel(scores, 1, 2)
+    assert status.tolist() == [SOLVED_TRUNCATED]
+    expected = transposable_mask_reference(scores, 1, 2)
+    np.testing.assert_array_equal(mask, expected)
+    np.testing.assert_array_equal(expected, [[False, True], [True, False]])
+    certificate = transposable_certificate(scores, 1, 2)
+    assert verify_certificate(scores, *certificate, 1, 2)
+
+
+@pytest.mark.parametrize(("n", "m"), [(2, 4), (1, 4), (4, 8), (3, 8)])
+def test_exact_fill_wide_tiles_equal_the_readable_solver(n, m):
+    """Wide tiles of every kind, exact fill: the kernel's masks (where it keeps a tile) and
+    the driver's (with the Python path behind it) equal the readable solver's; the tiles
+    whose optimum is not decided below the truncation stay in the kernel."""
+    rng = np.random.default_rng(60 + 8 * n + m)
+    statuses = []
+    for index in range(16):
+        kind = KINDS[index % len(KINDS)]
+        tile = wide_tile(rng, m, kind)
+        if not is_too_wide(tile):
+            continue
+        expected = transposable_mask_reference(tile, n, m)
+        mask, status = _exact_kernel(tile, n, m)
+        if status[0] == SOLVED_TRUNCATED:
+            np.testing.assert_array_equal(mask, expected)
+        statuses.append((kind, int(status[0])))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the Python path
+            np.testing.assert_array_equal(transposable_mask(tile, n, m), expected)
+    certified = [status for kind, status in statuses if kind in CERTIFIED]
+    assert certified and all(status == SOLVED_TRUNCATED for status in certified), statuses

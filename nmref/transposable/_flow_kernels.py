@@ -15,13 +15,16 @@ Every tile is first mapped to **exact int64 units**: with ``e`` the exponent
 of the lowest significand bit over the tile's nonzero scores (float64
 significands are stripped of trailing zeros first), ``unit = score * 2**-e``
 is an integer. When the largest unit needs more than
-:func:`~nmref.transposable._kernel_contract.max_unit_bits` bits, or a potential
-would leave ``POTENTIAL_LIMIT``, the tile is reported back (status
-``TOO_WIDE``) and solved by the Python-int reference instead, so no answer ever
-depends on rounding or overflow.
+:func:`~nmref.transposable._kernel_contract.max_unit_bits` bits, the tile is solved
+on sticky units (:func:`_truncate_tile`) and kept only with a certificate for the
+true scores (:func:`_certify_truncated`); when no certificate exists, or a potential
+would leave ``POTENTIAL_LIMIT``, the tile is reported back (status ``TOO_WIDE``) and
+solved by the Python-int reference instead, so no answer ever depends on rounding or
+overflow.
 
-Tile status codes: 0 solved here; 1 dynamic range too wide for int64 (solve
-exactly in Python); 2 NaN or infinity in the tile (the caller raises).
+Tile status codes: 0 solved here; 1 handed back (solve exactly in Python); 2 NaN or
+infinity in the tile (the caller raises); 3 solved here on sticky units and certified
+(mask and potentials exact, the kept units not).
 
 Speed notes
 -----------
@@ -589,11 +592,14 @@ def _ssp_tile(w, w_t, kept, kept_t, m, n, width, potential, nodes):  # pragma: n
 
 @numba.njit(cache=True, nogil=True)
 def _truncate_tile(significand, scale, m, max_bits, units, inexact):  # pragma: no cover
-    """Floor units of a tile too wide for int64, for the certified path.
+    """Sticky units of a tile too wide for int64, for the certified path.
 
     ``significand``/``scale`` are what :func:`_load_tile` decoded. Returns the
-    exponent ``e`` of the new units: ``units[k] = floor(score_k / 2**e)``, and
-    ``inexact[k]`` says whether the floor dropped nonzero bits.
+    exponent ``b`` of the new units: with ``U = score / 2**(b + 1)``, ``H = floor(U)``
+    and ``e = [U != H]`` (``inexact``), ``units[k] = 2 H + e`` in units of ``2**b``:
+    even where exact, odd (the midpoint of ``(2 H, 2 H + 2)``) where the floor dropped
+    bits, at most ``max_bits`` bits. The at-most kernel's ``_sticky_units`` makes the
+    same units (same ``b``), so it can read this kernel's duals.
     """
     lowest = 1 << 30
     highest = -(1 << 30)
@@ -607,13 +613,14 @@ def _truncate_tile(significand, scale, m, max_bits, units, inexact):  # pragma: 
     base = highest + 1 - max_bits
     if base < lowest:
         base = lowest
+    coarse = base + 1
     for k in range(m * m):
         units[k] = 0
         inexact[k] = False
         magnitude = abs(significand[k])
         if magnitude == 0:
             continue
-        shift = scale[k] - base
+        shift = scale[k] - coarse
         if shift >= 0:
             quotient = magnitude << shift
             remainder = np.int64(0)
@@ -624,45 +631,53 @@ def _truncate_tile(significand, scale, m, max_bits, units, inexact):  # pragma: 
             quotient = magnitude >> (-shift)
             remainder = magnitude & ((np.int64(1) << (-shift)) - 1)
         inexact[k] = remainder != 0
-        if significand[k] < 0:
-            units[k] = -(quotient + (remainder != 0))  # floor of a negative value
-        else:
-            units[k] = quotient
+        # 2 H + e is 2 q + e for a positive score and -(2 q + e) for a negative one
+        # (H = -(q + e), the floor).
+        sticky = 2 * quotient + np.int64(remainder != 0)
+        units[k] = -sticky if significand[k] < 0 else sticky
     return base
 
 
 @numba.njit(cache=True, nogil=True)
-def _certify_truncated(units, inexact, kept, potential, m, width):  # pragma: no cover
+def _certify_truncated(units, kept, potential, m, width):  # pragma: no cover
     """Adjust the potentials until they prove ``kept`` optimal for the true scores.
 
-    With floors ``H`` (``units``) of the true units ``U`` (``H <= U < H + 1``;
-    ``U == H`` unless ``inexact``), integer potentials with
-    ``u_i + v_j <= H_ij`` on kept entries and ``u_i + v_j >= H_ij + inexact_ij``
-    on dropped ones satisfy complementary slackness for ``U`` exactly. These
-    are difference constraints, so Bellman-Ford from the current potentials
-    finds such potentials or proves there are none (then the tile goes to the
-    Python path: its optimum is decided below the truncation, a near tie).
-    In node terms: row ``potential[1 + i] = u_i``, column
-    ``potential[m + 1 + j] = -v_j``.
+    ``units`` are the sticky units ``W = 2 H + e`` of :func:`_truncate_tile` (``H``
+    the floors of the true units ``U``, ``e = [U != H]``), ``potential`` the duals
+    of an optimum for ``W``. Integer potentials (in units of ``U``) with
+    ``u_i + v_j <= H_ij`` on kept entries and ``u_i + v_j >= H_ij + e_ij`` on dropped
+    ones satisfy complementary slackness for ``U`` exactly. These are difference
+    constraints, so Bellman-Ford from the halved potentials finds such potentials or
+    proves there are none; on success they are doubled back into ``W``'s units. Why
+    the sticky units: if integer duals certify any mask for ``U``, then doubled they
+    certify it for ``W``, so they are optimal ``W`` duals, and every ``W`` optimum meets
+    complementary slackness with them; so the search fails only where no integer
+    certificate exists for any mask (the optimum is decided below the truncation, a
+    near tie; the tile goes to the Python path). On floor units a tie between two
+    floors could hide which one is larger and fail where a certificate exists. In
+    node terms: row ``potential[1 + i] = u_i``, column ``potential[m + 1 + j] = -v_j``.
     """
+    for x in range(1, 2 * m + 1):
+        potential[x] >>= 1
     for _ in range(2 * m + 2):
         changed = False
         for i in range(m):
             for j in range(m):
                 k = i * width + j
                 if kept[k]:
-                    bound = potential[m + 1 + j] + units[k]
+                    bound = potential[m + 1 + j] + (units[k] >> 1)  # + H
                     if potential[1 + i] > bound:
                         potential[1 + i] = bound
                         changed = True
                 else:
-                    bound = potential[1 + i] - units[k] - inexact[k]
+                    bound = potential[1 + i] - ((units[k] + 1) >> 1)  # - (H + e)
                     if potential[m + 1 + j] > bound:
                         potential[m + 1 + j] = bound
                         changed = True
         if not changed:
-            for v in range(1, 2 * m + 1):
-                if abs(potential[v]) > POTENTIAL_LIMIT:
+            for x in range(1, 2 * m + 1):
+                potential[x] <<= 1
+                if abs(potential[x]) > POTENTIAL_LIMIT:
                     return False
             return True
     return False
@@ -676,9 +691,9 @@ def _canonical_tile(
 
     Same pass as nmref.transposable.ties.canonical_optimum. Entry ``(i, j)`` of
     ``w``, ``kept`` (int64 0/1), ``tight`` and ``inexact`` sits at ``i * width + j``.
-    Search nodes: rows 0..m-1, columns m..2m-1. With ``truncated``, ``w`` are
-    floors of the true units and an entry flagged ``inexact`` lies strictly
-    above its floor, so it is never tight.
+    Search nodes: rows 0..m-1, columns m..2m-1. With ``truncated``, ``w`` are the
+    sticky units of :func:`_truncate_tile` and an entry flagged ``inexact`` (odd)
+    lies strictly between two floors, so it is never tight.
     """
     # Any other optimum differs from ``kept`` by alternating cycles of tight
     # entries (kept: column -> row, dropped: row -> column). Peel nodes
@@ -814,7 +829,7 @@ def _exact_range(
     tile per vector lane, because those steps are the same branch-free
     arithmetic for every tile; then each tile is finished on its own
     (:func:`_ssp_tile`, :func:`_canonical_tile`). A tile too wide for int64
-    units is solved on floor units and kept only if :func:`_certify_truncated`
+    units is solved on sticky units and kept only if :func:`_certify_truncated`
     proves the result exact (status ``SOLVED_TRUNCATED``); otherwise it is
     handed back (``TOO_WIDE``).
     """
@@ -963,9 +978,7 @@ def _exact_range(
                     for j in range(m):
                         inexact_padded[i * width + j] = block_inexact[b * m * m + i * m + j]
                 if ok:
-                    ok = _certify_truncated(
-                        w_padded, inexact_padded, kept_padded, potential, m, width
-                    )
+                    ok = _certify_truncated(w_padded, kept_padded, potential, m, width)
             if not ok:
                 status[t] = TOO_WIDE
                 continue
