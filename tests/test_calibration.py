@@ -46,7 +46,7 @@ SOURCES, ROWS = load_corpus()
 
 @cache
 def full_report() -> CalibrationReport:
-    """The shipped calibration: fit plus leave-one-source-out CV (a few minutes)."""
+    """The shipped calibration: fit plus leave-one-source-out CV (about 25 s on one core)."""
     return calibrate()
 
 
