@@ -13,7 +13,8 @@ one global parameter set). The CV residuals become the prediction intervals of
 
 The fit minimises a weighted sum of squared log errors by bounded coordinate
 descent with golden-section line searches from a fixed start: deterministic,
-no SciPy needed, about a second per fit (about 25 s for the fit and its leave-one-source-out CV).
+no SciPy needed, about a second per fit (about 25 s for the fit and its
+leave-one-source-out CV on one core).
 """
 
 from __future__ import annotations
