@@ -272,10 +272,14 @@ def test_channel_permutation_objective_of_a_matrix_without_columns_is_zero() -> 
 
 
 def test_an_unrepresentable_certificate_names_the_scores() -> None:
-    # 3.0 next to 3.7e-240 in one tile: the dual potentials need more than float64's range
-    # of exact values. The error was right but named no argument (random-profile fuzzing).
-    scores = np.zeros((4, 8))
-    scores[0, 5] = 3.0
-    scores[1, 5] = 3.7e-240
+    # A certificate potential float64 cannot hold: the error was right but named no argument
+    # (random-profile fuzzing found it on 3.0 next to 3.7e-240 in one tile, whose certificate
+    # has been representable since the kernel solves wide tiles on sticky units). Here both
+    # solvers' u_0 = 2 - 0.1 needs 56 significant bits (spec T5).
+    scores = np.array([[2.0, 2.0], [0.1, 0.1]])
     with pytest.raises(ValueError, match=r"^scores: a certificate potential is not representable"):
-        nmref.transposable_certificate(scores, 1, 4, fill="exact")
+        nmref.transposable_certificate(scores, 1, 2, fill="exact")
+    wide = np.zeros((4, 8))
+    wide[0, 5] = 3.0
+    wide[1, 5] = 3.7e-240
+    assert nmref.verify_certificate(wide, *nmref.transposable_certificate(wide, 1, 4), 1, 4)
