@@ -227,22 +227,13 @@ def _dijkstra(
     """
     nodes = 2 * m + 2
     sink = 2 * m + 1
-    for x in range(nodes):
-        distance[x] = UNREACHED
-        parent[x] = -1
-        settled[x] = 0
-    distance[0] = 0
+    _start_search(0, nodes, distance, parent, settled)
     while True:
-        best = -1
-        best_distance = UNREACHED
-        for x in range(nodes):
-            if settled[x] == 0 and distance[x] < best_distance:
-                best = x
-                best_distance = distance[x]
+        best = _nearest_unsettled(nodes, distance, settled)
         if best < 0:
             return
         settled[best] = 1
-        base = best_distance + potential[best]
+        base = distance[best] + potential[best]
         if best == 0:
             for i in range(m):
                 if row_count[i] < n:
@@ -269,6 +260,28 @@ def _dijkstra(
             for j in range(m):
                 if column_count[j] > 0:
                     _relax(m + 1 + j, base - potential[m + 1 + j], best, distance, parent, settled)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _start_search(origin, nodes, distance, parent, settled):  # pragma: no cover
+    """Reset a dense Dijkstra over ``nodes`` nodes to start from ``origin``."""
+    for x in range(nodes):
+        distance[x] = UNREACHED
+        parent[x] = -1
+        settled[x] = 0
+    distance[origin] = 0
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _nearest_unsettled(nodes, distance, settled):  # pragma: no cover
+    """The unsettled node of least finite distance (lowest index among ties), or -1."""
+    best = -1
+    best_distance = UNREACHED
+    for x in range(nodes):
+        if settled[x] == 0 and distance[x] < best_distance:
+            best = x
+            best_distance = distance[x]
+    return best
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -458,22 +471,13 @@ def _cancel_toward_fewer(
                 potential[source] = min(potential[source], potential[1 + i])
         if potential[source] == UNREACHED:
             break  # nothing kept
-        for x in range(2 * m + 2):
-            distance[x] = UNREACHED
-            parent[x] = -1
-            settled[x] = 0
-        distance[sink] = 0
+        _start_search(sink, 2 * m + 2, distance, parent, settled)
         while True:
-            best = -1
-            best_distance = UNREACHED
-            for x in range(2 * m + 2):
-                if settled[x] == 0 and distance[x] < best_distance:
-                    best = x
-                    best_distance = distance[x]
+            best = _nearest_unsettled(2 * m + 2, distance, settled)
             if best < 0 or best == source:
-                break
+                break  # the source's distance is final once it is the nearest
             settled[best] = 1
-            base = best_distance + potential[best]
+            base = distance[best] + potential[best]
             if best == sink:
                 for j in range(m):
                     if column_count[j] > 0:
@@ -493,8 +497,8 @@ def _cancel_toward_fewer(
                         _relax(m + 1 + j, candidate, best, distance, parent, settled)
                 if row_count[i] > 0:
                     _relax(source, base - potential[source], best, distance, parent, settled)
-        if settled[source] == 0 and best != source:
-            break
+        if best < 0:
+            break  # no path back to the source
         # The path's true cost: its reduced length minus the end potentials' difference.
         if distance[source] - potential[sink] + potential[source] >= 0:
             break

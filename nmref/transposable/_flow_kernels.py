@@ -591,12 +591,12 @@ def _ssp_tile(w, w_t, kept, kept_t, m, n, width, potential, nodes):  # pragma: n
 
 
 @numba.njit(cache=True, nogil=True)
-def _truncate_tile(significand, scale, m, max_bits, units, inexact):  # pragma: no cover
+def _truncate_tile(significand, scale, m, max_bits, units):  # pragma: no cover
     """Sticky units of a tile too wide for int64, for the certified path.
 
     ``significand``/``scale`` are what :func:`_load_tile` decoded. Returns the
     exponent ``b`` of the new units: with ``U = score / 2**(b + 1)``, ``H = floor(U)``
-    and ``e = [U != H]`` (``inexact``), ``units[k] = 2 H + e`` in units of ``2**b``:
+    and ``e = [U != H]``, ``units[k] = 2 H + e`` in units of ``2**b``:
     even where exact, odd (the midpoint of ``(2 H, 2 H + 2)``) where the floor dropped
     bits, at most ``max_bits`` bits. The at-most kernel's ``_sticky_units`` makes the
     same units (same ``b``), so it can read this kernel's duals.
@@ -616,7 +616,6 @@ def _truncate_tile(significand, scale, m, max_bits, units, inexact):  # pragma: 
     coarse = base + 1
     for k in range(m * m):
         units[k] = 0
-        inexact[k] = False
         magnitude = abs(significand[k])
         if magnitude == 0:
             continue
@@ -630,7 +629,6 @@ def _truncate_tile(significand, scale, m, max_bits, units, inexact):  # pragma: 
         else:
             quotient = magnitude >> (-shift)
             remainder = magnitude & ((np.int64(1) << (-shift)) - 1)
-        inexact[k] = remainder != 0
         # 2 H + e is 2 q + e for a positive score and -(2 q + e) for a negative one
         # (H = -(q + e), the floor).
         sticky = 2 * quotient + np.int64(remainder != 0)
@@ -685,15 +683,16 @@ def _certify_truncated(units, kept, potential, m, width):  # pragma: no cover
 
 @numba.njit(cache=True, nogil=True)
 def _canonical_tile(
-    w, m, width, kept, potential, tight, queue, parent_node, parent_entry, truncated, inexact
+    w, m, width, kept, potential, tight, queue, parent_node, parent_entry
 ):  # pragma: no cover
     """Turn the optimal ``kept`` into the canonical (lexicographically greatest) optimum.
 
     Same pass as nmref.transposable.ties.canonical_optimum. Entry ``(i, j)`` of
-    ``w``, ``kept`` (int64 0/1), ``tight`` and ``inexact`` sits at ``i * width + j``.
-    Search nodes: rows 0..m-1, columns m..2m-1. With ``truncated``, ``w`` are the
-    sticky units of :func:`_truncate_tile` and an entry flagged ``inexact`` (odd)
-    lies strictly between two floors, so it is never tight.
+    ``w``, ``kept`` (int64 0/1) and ``tight`` sits at ``i * width + j``.
+    Search nodes: rows 0..m-1, columns m..2m-1. On a truncated tile ``w`` are the
+    sticky units of :func:`_truncate_tile` and the potentials are even
+    (:func:`_certify_truncated` doubles them), so an inexact (odd) entry lies strictly
+    between two floors and is never tight, without a flag.
     """
     # Any other optimum differs from ``kept`` by alternating cycles of tight
     # entries (kept: column -> row, dropped: row -> column). Peel nodes
@@ -703,7 +702,6 @@ def _canonical_tile(
     # ``queue[i]`` the columns row i reaches, ``queue[m + j]`` the rows
     # column j reaches. Built without branches: which entries are tight is
     # data, and mispredicted branches cost more than the arithmetic.
-    exact = np.int64(1 - truncated)
     for v in range(2 * m):
         queue[v] = 0
     free_dropped = np.int64(0)
@@ -716,7 +714,7 @@ def _canonical_tile(
         for j in range(m):
             k = row + np.uint64(j)
             slack = w[k] - row_potential + potential[m + 1 + j]
-            is_tight = np.int64(slack == 0) & (exact | (1 - inexact[k]))
+            is_tight = np.int64(slack == 0)
             tight[k] = is_tight
             keep = kept[k]
             dropped_tight = is_tight & (1 - keep)
@@ -845,7 +843,6 @@ def _exact_range(
         size *= 2
     network = _selection_network(size, max(n - 1, 0))
     # Per tile of a block, in the block's tile order:
-    block_inexact = np.zeros(lanes * m * m, np.bool_)
     block_code = np.empty(lanes, np.int64)
     block_r0 = np.empty(lanes, np.int64)
     block_c0 = np.empty(lanes, np.int64)
@@ -868,8 +865,6 @@ def _exact_range(
     tight = np.empty(m * width, np.int64)
     potential = np.empty(nodes, np.int64)
     units = np.empty(m * m, np.int64)
-    inexact = np.zeros(m * m, np.bool_)
-    inexact_padded = np.zeros(m * width, np.int64)
     queue = np.empty(2 * m, np.int64)
     parent_node = np.empty(2 * m, np.int64)
     parent_entry = np.empty(2 * m, np.int64)
@@ -918,11 +913,10 @@ def _exact_range(
                 for k in range(m * m):
                     significand[k] = significand_lanes[k, b]
                     scale[k] = scale_lanes[k, b]
-                exponent = _truncate_tile(significand, scale, m, max_bits, units, inexact)
+                exponent = _truncate_tile(significand, scale, m, max_bits, units)
                 code = SOLVED_TRUNCATED
                 for k in range(m * m):
                     w_lanes[k, b] = units[k]
-                    block_inexact[b * m * m + k] = inexact[k]
             else:
                 code = SOLVED
                 exponent = lowest[b]
@@ -973,12 +967,8 @@ def _exact_range(
             ok = _ssp_tile(
                 w_padded, w_t_padded, kept_padded, kept_t_padded, m, n, width, potential, nodes
             )
-            if truncated:
-                for i in range(m):
-                    for j in range(m):
-                        inexact_padded[i * width + j] = block_inexact[b * m * m + i * m + j]
-                if ok:
-                    ok = _certify_truncated(w_padded, kept_padded, potential, m, width)
+            if truncated and ok:
+                ok = _certify_truncated(w_padded, kept_padded, potential, m, width)
             if not ok:
                 status[t] = TOO_WIDE
                 continue
@@ -992,8 +982,6 @@ def _exact_range(
                 queue,
                 parent_node,
                 parent_entry,
-                truncated,
-                inexact_padded,
             )
             total = np.int64(0)
             if keep_potentials:
