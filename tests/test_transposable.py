@@ -38,6 +38,7 @@ from nmref.transposable._driver import solve_exact as _solve_exact  # the flow k
 from nmref.transposable._enumeration_kernels import float64_exact_binades
 from nmref.transposable._flow_kernels import START_LANES, _selection_network
 from nmref.transposable._small import kernels_only
+from nmref.transposable.patterns import pattern_table
 
 GOLDEN = importlib.resources.files("nmref.testing") / "data" / "golden" / "transposable.json"
 
@@ -254,6 +255,39 @@ def test_2to4_meet_in_the_middle_equals_the_pattern_scan(monkeypatch, shape, par
     bad[3, 5] = np.nan
     with pytest.raises(ValueError, match="scores"):
         _solve_exact(bad, pattern, parallel=parallel)
+
+
+def test_meet_in_the_middle_pairs_are_the_pattern_table_in_order():
+    """Every rows 0-1 pair, then every rows 2-3 pair of the slot it needs, both in table
+    order, lists the 90 canonical patterns in canonical order, with their mask words: so
+    the first maximum over that nesting is the first maximum of the table (spec T3)."""
+    from nmref.transposable._meet_in_middle import meet_in_middle_tables
+
+    choices, table = pattern_table(2, 4)[:2]
+    lower, upper, lower_words, upper_words = meet_in_middle_tables()
+    listed, masks = [], []
+    for c0, c1, slot in upper:
+        for c2, c3, lower_slot in lower:
+            if lower_slot == slot:
+                listed.append((c0, c1, c2, c3))
+    np.testing.assert_array_equal(np.array(listed), table)
+    for q, slot in enumerate(upper[:, 2]):
+        for p in np.flatnonzero(lower[:, 2] == slot):
+            words = np.array([upper_words[q], lower_words[p]], dtype=np.uint64)
+            masks.append(words.view(np.uint8).reshape(4, 4).astype(bool))
+    np.testing.assert_array_equal(np.array(masks), choices[table])
+
+
+def test_the_generated_2to4_code_is_current():
+    """The straight-line 2:4 search pasted into the kernel file is what the generator
+    writes from today's tables (rerun ``python scripts/generate_2to4_kernel.py``)."""
+    from nmref.transposable import _enumeration_kernels, _meet_in_middle
+
+    source = importlib.resources.files(_enumeration_kernels.__package__).joinpath(
+        "_enumeration_kernels.py"
+    )
+    region = _meet_in_middle.generated_region(source.read_text())
+    assert region == _meet_in_middle.best_of_block_source()
 
 
 @pytest.mark.slow

@@ -443,19 +443,14 @@ def _enumerate(
         chunks = 4 * numba.get_num_threads()
     if fraction_bits == 23 and (n, m) == (2, 4) and not _SCAN_2TO4:
         floats = bits.view(np.float32)
-        tables = kernels.meet_in_middle_tables(pattern_table(2, 4)[0], choice_words, 2)
-        slots = len(tables[2])
-        mask_words = mask.view(np.uint32)
-        outputs = (mask_words, status, kept_units, exponents)
+        outputs = (mask.view(np.uint32), status, kept_units, exponents)
         if parallel:
-            scratch = kernels.scratch_2to4(slots, chunks)
             kernels.enumerate_2to4_float32_tiles_parallel(
-                bits, floats, tables, chunks, sums, *outputs, scratch
+                bits, floats, chunks, sums, *outputs, kernels.scratch_2to4(chunks)
             )
         else:
-            scratch = kernels.scratch_2to4(slots)
             kernels.enumerate_2to4_float32_tiles(
-                bits, floats, tables, 0, tiles, sums, *outputs, scratch
+                bits, floats, 0, tiles, sums, *outputs, kernels.scratch_2to4()
             )
         tile_list = np.flatnonzero(status == NEEDS_UNITS).astype(np.int64)
     elif fraction_bits == 23:
