@@ -278,16 +278,15 @@ def test_meet_in_the_middle_pairs_are_the_pattern_table_in_order():
     np.testing.assert_array_equal(np.array(masks), choices[table])
 
 
-def test_the_generated_2to4_code_is_current():
-    """The straight-line 2:4 search pasted into the kernel file is what the generator
-    writes from today's tables (rerun ``python scripts/generate_2to4_kernel.py``)."""
-    from nmref.transposable import _enumeration_kernels, _meet_in_middle
+@pytest.mark.parametrize("module", ["_enumeration_kernels", "_flow_kernels"])
+def test_the_generated_kernel_code_is_current(module):
+    """The straight-line code pasted into a kernel file is what its writer produces from
+    today's tables (rerun ``python scripts/generate_kernels.py``)."""
+    from nmref.transposable import _codegen
 
-    source = importlib.resources.files(_enumeration_kernels.__package__).joinpath(
-        "_enumeration_kernels.py"
-    )
-    region = _meet_in_middle.generated_region(source.read_text())
-    assert region == _meet_in_middle.best_of_block_source()
+    source = importlib.resources.files("nmref.transposable").joinpath(f"{module}.py")
+    region = _codegen.generated_region(source.read_text())
+    assert region == _codegen.regions()[module]()
 
 
 @pytest.mark.slow
@@ -389,6 +388,26 @@ def test_selection_network_on_32_wires_and_ties():
     for wire in (0, 7, 15, 31):
         got = _run_network(_selection_network(32, wire), values)[:, wire]
         np.testing.assert_array_equal(got, expected[:, wire])
+
+
+@pytest.mark.parametrize("size", [1, 2, 4, 8, 16])
+def test_unrolled_selection_networks_equal_the_sorted_wire(size):
+    """The straight-line networks (up to 8 wires) put the same value on their wire as a
+    sort does, on ties, extreme keys and every lane count; larger sizes have none."""
+    from nmref.transposable._flow_kernels import BELOW_ALL, _select_unrolled
+
+    rng = np.random.default_rng(size)
+    for lanes in (1, 5, START_LANES):
+        values = rng.integers(-3, 4, (size, lanes)).astype(np.int64)
+        values[:, 0] = BELOW_ALL  # the padding wires' key
+        values[0, -1] = -BELOW_ALL - 1
+        expected = -np.sort(-values, axis=0)
+        for wire in range(size):
+            sort = values.copy()
+            ran = _select_unrolled(sort, wire)
+            assert ran == (2 <= size <= 8)
+            if ran:
+                np.testing.assert_array_equal(sort[wire], expected[wire])
 
 
 @pytest.mark.slow
