@@ -37,6 +37,7 @@ from nmref.transposable import (
 from nmref.transposable._driver import solve_exact as _solve_exact  # the flow kernel on its own
 from nmref.transposable._enumeration_kernels import float64_exact_binades
 from nmref.transposable._flow_kernels import START_LANES, _selection_network
+from nmref.transposable._kernel_contract import TOO_WIDE
 from nmref.transposable._small import kernels_only
 from nmref.transposable.patterns import pattern_table
 
@@ -408,6 +409,45 @@ def test_unrolled_selection_networks_equal_the_sorted_wire(size):
             assert ran == (2 <= size <= 8)
             if ran:
                 np.testing.assert_array_equal(sort[wire], expected[wire])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_size_specialised_flow_kernel_equals_the_generic_one(dtype):
+    """m = 8 runs a kernel compiled with m as a constant (size_token); the generic kernel
+    must give every output bit for bit: masks, status, kept units, exponents, potentials."""
+    from nmref.transposable import _flow_kernels
+    from nmref.transposable._driver import kernel_bits
+    from nmref.transposable._kernel_contract import max_unit_bits
+
+    m = 8
+    assert _flow_kernels.size_token(m) == (0,) * m and _flow_kernels.size_token(9) == ()
+    rng = np.random.default_rng(8)
+    scores = np.abs(rng.standard_normal((3 * m, (START_LANES + 5) * m)))
+    tiles = scores.reshape(3, m, -1, m).swapaxes(1, 2)  # a view
+    tiles[0, 1] = 0.0
+    tiles[0, 2] = rng.integers(0, 2, (m, m))  # ties everywhere
+    tiles[1, 3] *= np.exp2(rng.uniform(-60, 60, (m, m)))  # too wide: truncated units
+    scores = scores.astype(dtype)
+    bits, fraction_bits = kernel_bits(scores)
+    count = (scores.shape[0] // m) * (scores.shape[1] // m)
+    for n in range(m + 1):
+        outputs = []
+        for token in ((), _flow_kernels.size_token(m)):
+            out = (
+                np.zeros(scores.shape, dtype=bool),
+                np.full(count, TOO_WIDE, dtype=np.int8),
+                np.zeros(count, dtype=np.int64),
+                np.zeros(count, dtype=np.int64),
+                np.zeros((count, m), dtype=np.int64),
+                np.zeros((count, m), dtype=np.int64),
+            )
+            _flow_kernels.exact_tiles(
+                bits, fraction_bits, n, m, max_unit_bits(m), np.arange(count, dtype=np.int64),
+                *out, token,
+            )  # fmt: skip
+            outputs.append(out)
+        for generic, specialised in zip(*outputs, strict=True):
+            np.testing.assert_array_equal(specialised, generic, err_msg=f"n={n}")
 
 
 @pytest.mark.slow

@@ -277,6 +277,7 @@ def test_the_exact_start_of_a_truncated_tile_is_in_the_same_units():
             bits, fraction_bits, 4, 8, max_unit_bits(8), np.zeros(1, dtype=np.int64),
             np.empty((8, 8), dtype=bool), status, np.zeros(1, dtype=np.int64), exponents,
             np.zeros((1, 8), dtype=np.int64), np.zeros((1, 8), dtype=np.int64),
+            _flow_kernels.size_token(8),
         )  # fmt: skip
         _, at_most_status, at_most_exponents, _, _ = kernel(scores, 4, 8)
         if status[0] == SOLVED_TRUNCATED:
@@ -375,7 +376,7 @@ def _exact_kernel(scores: np.ndarray, n: int, m: int):
     duals = np.zeros((tiles, m), dtype=np.int64)
     _flow_kernels.exact_tiles(
         bits, fraction_bits, n, m, max_unit_bits(m), np.arange(tiles, dtype=np.int64),
-        mask, status, kept, exponents, duals, duals.copy(),
+        mask, status, kept, exponents, duals, duals.copy(), _flow_kernels.size_token(m),
     )  # fmt: skip
     return mask, status
 

@@ -505,11 +505,13 @@ def _flow_tiles(
         _flow_kernels.exact_tiles_parallel(
             bits, fraction_bits, n, m, max_bits, tile_list, 4 * numba.get_num_threads(),
             mask, status, kept_units, exponents, row_units, column_units,
+            _flow_kernels.size_token(m),
         )  # fmt: skip
     else:
         _flow_kernels.exact_tiles(
             bits, fraction_bits, n, m, max_bits, tile_list,
             mask, status, kept_units, exponents, row_units, column_units,
+            _flow_kernels.size_token(m),
         )  # fmt: skip
 
 
