@@ -391,9 +391,9 @@ def test_selection_network_on_32_wires_and_ties():
         np.testing.assert_array_equal(got, expected[:, wire])
 
 
-@pytest.mark.parametrize("size", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("size", [1, 2, 4, 8, 16, 32])
 def test_unrolled_selection_networks_equal_the_sorted_wire(size):
-    """The straight-line networks (up to 8 wires) put the same value on their wire as a
+    """The straight-line networks (up to 16 wires) put the same value on their wire as a
     sort does, on ties, extreme keys and every lane count; larger sizes have none."""
     from nmref.transposable._flow_kernels import BELOW_ALL, _select_unrolled
 
@@ -406,22 +406,23 @@ def test_unrolled_selection_networks_equal_the_sorted_wire(size):
         for wire in range(size):
             sort = values.copy()
             ran = _select_unrolled(sort, wire)
-            assert ran == (2 <= size <= 8)
+            assert ran == (2 <= size <= 16)
             if ran:
                 np.testing.assert_array_equal(sort[wire], expected[wire])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_the_size_specialised_flow_kernel_equals_the_generic_one(dtype):
-    """m = 8 runs a kernel compiled with m as a constant (size_token); the generic kernel
-    must give every output bit for bit: masks, status, kept units, exponents, potentials."""
+@pytest.mark.parametrize("m", [8, 16])
+def test_the_size_specialised_flow_kernel_equals_the_generic_one(m, dtype):
+    """m = 8 and 16 run a kernel compiled with m as a constant (size_token); the generic
+    kernel must give every output bit for bit: masks, status, kept units, exponents and
+    potentials, for every n."""
     from nmref.transposable import _flow_kernels
     from nmref.transposable._driver import kernel_bits
     from nmref.transposable._kernel_contract import max_unit_bits
 
-    m = 8
-    assert _flow_kernels.size_token(m) == (0,) * m and _flow_kernels.size_token(9) == ()
-    rng = np.random.default_rng(8)
+    assert _flow_kernels.size_token(m) == (0,) * m and _flow_kernels.size_token(m + 1) == ()
+    rng = np.random.default_rng(m)
     scores = np.abs(rng.standard_normal((3 * m, (START_LANES + 5) * m)))
     tiles = scores.reshape(3, m, -1, m).swapaxes(1, 2)  # a view
     tiles[0, 1] = 0.0

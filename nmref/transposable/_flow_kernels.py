@@ -48,13 +48,13 @@ written out once per direction rather than shared through a helper over slices,
 and every buffer is its own argument (Numba has no cheap struct of arrays): the
 repeats that ``duplicates`` lists inside this file are deliberate.
 
-Two more steps are specific to small tiles. Selection networks of up to 8 wires
+Two more steps are specific to small tiles. Selection networks of up to 16 wires
 run as generated straight-line code (:mod:`~nmref.transposable._unrolled_networks`,
 pasted between the markers below), so that their wires stay in registers. And
-tiles of a size in ``SPECIALISED_SIZES`` (8) run a kernel compiled with ``m`` as a
-constant (:func:`size_token`), in which LLVM unrolls the per-tile loops. Both
+tiles of a size in ``SPECIALISED_SIZES`` (8 and 16) run a kernel compiled with ``m``
+as a constant (:func:`size_token`), in which LLVM unrolls the per-tile loops. Both
 return exactly what the generic code returns (tested); together they made 4:8
-1.26x faster.
+1.26x and 8:16 1.18x faster.
 """
 
 from __future__ import annotations
@@ -91,9 +91,9 @@ START_LANES = 32
 DUAL_ROUNDS = 1
 # Tile sizes with their own compiled kernel, in which m is a compile-time constant (see
 # size_token): LLVM then unrolls the per-tile loops, which made the 4:8 tie pass 1.7x
-# and the whole 4:8 kernel about 1.1x faster; at 16:32 and above it gained too little
-# for a second compile.
-SPECIALISED_SIZES = (8,)
+# and the whole 4:8 kernel about 1.15x faster, 8:16 1.07x (one core, 4096x4096 |N(0,1)|);
+# larger tiles spend their time in loops long enough for a run-time bound.
+SPECIALISED_SIZES = (8, 16)
 
 
 def size_token(m: int) -> tuple:
@@ -550,6 +550,1082 @@ def _select_8_wire_7(sort):  # pragma: no cover
 
 
 @numba.njit(cache=True, nogil=True)
+def _select_16_wire_0(sort):  # pragma: no cover
+    """sort[0, t] = rank 0 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x0, x8 = max(x0, x8), min(x0, x8)
+        sort[0, t] = x0
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_1(sort):  # pragma: no cover
+    """sort[1, t] = rank 1 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x0, x8 = max(x0, x8), min(x0, x8)
+        x1, x9 = max(x1, x9), min(x1, x9)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x4, x8 = max(x4, x8), min(x4, x8)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        sort[1, t] = x1
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_2(sort):  # pragma: no cover
+    """sort[2, t] = rank 2 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x0, x8 = max(x0, x8), min(x0, x8)
+        x1, x9 = max(x1, x9), min(x1, x9)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x4, x8 = max(x4, x8), min(x4, x8)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        sort[2, t] = x2
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_3(sort):  # pragma: no cover
+    """sort[3, t] = rank 3 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x8 = max(x0, x8), min(x0, x8)
+        x1, x9 = max(x1, x9), min(x1, x9)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x4, x8 = max(x4, x8), min(x4, x8)
+        x5, x9 = max(x5, x9), min(x5, x9)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        sort[3, t] = x3
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_4(sort):  # pragma: no cover
+    """sort[4, t] = rank 4 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x8 = max(x0, x8), min(x0, x8)
+        x1, x9 = max(x1, x9), min(x1, x9)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x4, x8 = max(x4, x8), min(x4, x8)
+        x5, x9 = max(x5, x9), min(x5, x9)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        sort[4, t] = x4
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_5(sort):  # pragma: no cover
+    """sort[5, t] = rank 5 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x8 = max(x0, x8), min(x0, x8)
+        x1, x9 = max(x1, x9), min(x1, x9)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x6, x14 = max(x6, x14), min(x6, x14)
+        x4, x8 = max(x4, x8), min(x4, x8)
+        x5, x9 = max(x5, x9), min(x5, x9)
+        x6, x10 = max(x6, x10), min(x6, x10)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x6, x8 = max(x6, x8), min(x6, x8)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        sort[5, t] = x5
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_6(sort):  # pragma: no cover
+    """sort[6, t] = rank 6 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x8 = max(x0, x8), min(x0, x8)
+        x1, x9 = max(x1, x9), min(x1, x9)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x6, x14 = max(x6, x14), min(x6, x14)
+        x4, x8 = max(x4, x8), min(x4, x8)
+        x5, x9 = max(x5, x9), min(x5, x9)
+        x6, x10 = max(x6, x10), min(x6, x10)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x6, x8 = max(x6, x8), min(x6, x8)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        sort[6, t] = x6
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_7(sort):  # pragma: no cover
+    """sort[7, t] = rank 7 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x8 = max(x0, x8), min(x0, x8)
+        x1, x9 = max(x1, x9), min(x1, x9)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x6, x14 = max(x6, x14), min(x6, x14)
+        x7, x15 = max(x7, x15), min(x7, x15)
+        x4, x8 = max(x4, x8), min(x4, x8)
+        x5, x9 = max(x5, x9), min(x5, x9)
+        x6, x10 = max(x6, x10), min(x6, x10)
+        x7, x11 = max(x7, x11), min(x7, x11)
+        x6, x8 = max(x6, x8), min(x6, x8)
+        x7, x9 = max(x7, x9), min(x7, x9)
+        x7, x8 = max(x7, x8), min(x7, x8)
+        sort[7, t] = x7
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_8(sort):  # pragma: no cover
+    """sort[8, t] = rank 8 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x8 = max(x0, x8), min(x0, x8)
+        x1, x9 = max(x1, x9), min(x1, x9)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x6, x14 = max(x6, x14), min(x6, x14)
+        x7, x15 = max(x7, x15), min(x7, x15)
+        x4, x8 = max(x4, x8), min(x4, x8)
+        x5, x9 = max(x5, x9), min(x5, x9)
+        x6, x10 = max(x6, x10), min(x6, x10)
+        x7, x11 = max(x7, x11), min(x7, x11)
+        x6, x8 = max(x6, x8), min(x6, x8)
+        x7, x9 = max(x7, x9), min(x7, x9)
+        x7, x8 = max(x7, x8), min(x7, x8)
+        sort[8, t] = x8
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_9(sort):  # pragma: no cover
+    """sort[9, t] = rank 9 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x1, x9 = max(x1, x9), min(x1, x9)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x6, x14 = max(x6, x14), min(x6, x14)
+        x7, x15 = max(x7, x15), min(x7, x15)
+        x5, x9 = max(x5, x9), min(x5, x9)
+        x6, x10 = max(x6, x10), min(x6, x10)
+        x7, x11 = max(x7, x11), min(x7, x11)
+        x7, x9 = max(x7, x9), min(x7, x9)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        sort[9, t] = x9
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_10(sort):  # pragma: no cover
+    """sort[10, t] = rank 10 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x1, x9 = max(x1, x9), min(x1, x9)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x6, x14 = max(x6, x14), min(x6, x14)
+        x7, x15 = max(x7, x15), min(x7, x15)
+        x5, x9 = max(x5, x9), min(x5, x9)
+        x6, x10 = max(x6, x10), min(x6, x10)
+        x7, x11 = max(x7, x11), min(x7, x11)
+        x7, x9 = max(x7, x9), min(x7, x9)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        sort[10, t] = x10
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_11(sort):  # pragma: no cover
+    """sort[11, t] = rank 11 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x6, x14 = max(x6, x14), min(x6, x14)
+        x7, x15 = max(x7, x15), min(x7, x15)
+        x6, x10 = max(x6, x10), min(x6, x10)
+        x7, x11 = max(x7, x11), min(x7, x11)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        sort[11, t] = x11
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_12(sort):  # pragma: no cover
+    """sort[12, t] = rank 12 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x6, x14 = max(x6, x14), min(x6, x14)
+        x7, x15 = max(x7, x15), min(x7, x15)
+        x6, x10 = max(x6, x10), min(x6, x10)
+        x7, x11 = max(x7, x11), min(x7, x11)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        sort[12, t] = x12
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_13(sort):  # pragma: no cover
+    """sort[13, t] = rank 13 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x6, x14 = max(x6, x14), min(x6, x14)
+        x7, x15 = max(x7, x15), min(x7, x15)
+        x7, x11 = max(x7, x11), min(x7, x11)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        sort[13, t] = x13
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_14(sort):  # pragma: no cover
+    """sort[14, t] = rank 14 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x6, x14 = max(x6, x14), min(x6, x14)
+        x7, x15 = max(x7, x15), min(x7, x15)
+        x7, x11 = max(x7, x11), min(x7, x11)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        sort[14, t] = x14
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_15(sort):  # pragma: no cover
+    """sort[15, t] = rank 15 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x7, x15 = max(x7, x15), min(x7, x15)
+        sort[15, t] = x15
+
+
+@numba.njit(cache=True, nogil=True)
 def _select_unrolled(sort, wire):  # pragma: no cover
     """Run the unrolled network of ``sort.shape[0]`` wires that decides ``wire``."""
     size = sort.shape[0]
@@ -581,6 +1657,38 @@ def _select_unrolled(sort, wire):  # pragma: no cover
         _select_8_wire_6(sort)
     elif size == 8 and wire == 7:
         _select_8_wire_7(sort)
+    elif size == 16 and wire == 0:
+        _select_16_wire_0(sort)
+    elif size == 16 and wire == 1:
+        _select_16_wire_1(sort)
+    elif size == 16 and wire == 2:
+        _select_16_wire_2(sort)
+    elif size == 16 and wire == 3:
+        _select_16_wire_3(sort)
+    elif size == 16 and wire == 4:
+        _select_16_wire_4(sort)
+    elif size == 16 and wire == 5:
+        _select_16_wire_5(sort)
+    elif size == 16 and wire == 6:
+        _select_16_wire_6(sort)
+    elif size == 16 and wire == 7:
+        _select_16_wire_7(sort)
+    elif size == 16 and wire == 8:
+        _select_16_wire_8(sort)
+    elif size == 16 and wire == 9:
+        _select_16_wire_9(sort)
+    elif size == 16 and wire == 10:
+        _select_16_wire_10(sort)
+    elif size == 16 and wire == 11:
+        _select_16_wire_11(sort)
+    elif size == 16 and wire == 12:
+        _select_16_wire_12(sort)
+    elif size == 16 and wire == 13:
+        _select_16_wire_13(sort)
+    elif size == 16 and wire == 14:
+        _select_16_wire_14(sort)
+    elif size == 16 and wire == 15:
+        _select_16_wire_15(sort)
     else:
         return False
     return True
@@ -593,7 +1701,7 @@ def _select_unrolled(sort, wire):  # pragma: no cover
 def _select_lanes(sort, network, wire):  # pragma: no cover
     """Run ``network`` on the wires ``sort[w, :]``, all lanes at once.
 
-    Only ``sort[wire, :]`` is defined afterwards. Networks of up to 8 wires run
+    Only ``sort[wire, :]`` is defined afterwards. Networks of up to 16 wires run
     as straight-line code (``_select_unrolled``; the same value on ``wire``, tested).
     """
     if _select_unrolled(sort, wire):
