@@ -400,7 +400,7 @@ def test_unrolled_selection_networks_equal_the_sorted_wire(size):
     rng = np.random.default_rng(size)
     for lanes in (1, 5, START_LANES):
         values = rng.integers(-3, 4, (size, lanes)).astype(np.int64)
-        values[:, 0] = BELOW_ALL  # the padding wires' key
+        values[:, 0] = BELOW_ALL  # the key that pads wires beyond m, in every wire of lane 0
         values[0, -1] = -BELOW_ALL - 1
         expected = -np.sort(-values, axis=0)
         for wire in range(size):
@@ -449,6 +449,14 @@ def test_the_size_specialised_flow_kernel_equals_the_generic_one(m, dtype):
             outputs.append(out)
         for generic, specialised in zip(*outputs, strict=True):
             np.testing.assert_array_equal(specialised, generic, err_msg=f"n={n}")
+    # Two compiled kernels, not one: the token's type selects its own.
+    tokens = {signature[-1] for signature in _flow_kernels.exact_tiles.signatures}
+    assert len(tokens) >= 2
+    with pytest.raises(ValueError, match="token"):  # the other size's token (compiled anyway)
+        _flow_kernels.exact_tiles(
+            bits, fraction_bits, 1, m, max_unit_bits(m), np.arange(count, dtype=np.int64),
+            *outputs[0], _flow_kernels.size_token(24 - m),
+        )  # fmt: skip
 
 
 @pytest.mark.slow

@@ -1037,11 +1037,13 @@ def at_most_2to4_tables() -> tuple:
     the capacity ``2 - k``.
 
     Returns ``(lower, upper, final, upper_capacity, lower_words, upper_words)``:
-    ``lower[p] = (a, c, slot, source plane, target plane)`` as in
-    :func:`meet_in_middle_tables` (plane 2 holds -inf), ``upper[q] = (a, c, capacity,
+    ``lower[p] = (a, c, slot, source plane, target plane)``, ``upper[q] = (a, c, capacity,
     source plane, target plane)``, ``final[slot]`` the plane that holds a slot's last
     result (2 for the 31 slots no pair reaches: they stay at -inf), and the pairs' packed
-    mask bytes (the first row in the low 32 bits).
+    mask bytes (the first row in the low 32 bits). The running maxima are kept in two
+    planes alternately, and plane 2 holds -inf for a slot's first candidate, because a
+    select stored back to the address it loaded becomes a masked store, which is slow on
+    x86.
     """
     choices = AT_MOST_2TO4_CHOICES
     counts = np.zeros((len(choices), 4), dtype=np.int64)
