@@ -111,10 +111,15 @@ def _static_size(m, token):  # pragma: no cover
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _padded_width(m):  # pragma: no cover
+    """Lanes per row of the padded tile of :func:`_ssp_tile`: ``m`` rounded up to 16."""
+    return 16 * ((m + 15) // 16)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _static_width(width, token):  # pragma: no cover
-    """The padded width of :func:`_ssp_tile` (``m`` rounded up to 16), as a constant where
-    ``token`` carries ``m``."""
-    return 16 * ((len(token) + 15) // 16) if len(token) > 0 else width
+    """:func:`_padded_width`, as a constant where ``token`` carries ``m``."""
+    return _padded_width(len(token)) if len(token) > 0 else width
 
 
 # ----------------------------------------------------------------------------
@@ -1240,7 +1245,7 @@ def _exact_range(
     keep_potentials = row_potentials.shape[0] > 0
     nodes = 2 * m + 2
     lanes = START_LANES
-    width = 16 * ((m + 15) // 16)
+    width = _padded_width(m)
     size = 1
     while size < m:
         size *= 2

@@ -30,13 +30,8 @@ from __future__ import annotations
 import numpy as np
 
 from nmref.transposable._codegen import as_region
+from nmref.transposable._driver import _enumeration_tables
 from nmref.transposable.patterns import pattern_table
-
-
-def _choice_words(choices: np.ndarray) -> np.ndarray:
-    """Each row choice as 4 mask bytes in one word (byte ``j``: column ``j`` kept)."""
-    shifts = np.uint64(8) * np.arange(choices.shape[1], dtype=np.uint64)
-    return (choices.astype(np.uint64) << shifts).sum(axis=1, dtype=np.uint64)
 
 
 def meet_in_middle_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -61,7 +56,8 @@ def meet_in_middle_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
     """
     choices = pattern_table(2, 4)[0]
     counts = choices.astype(np.int64)
-    words = _choice_words(choices)
+    # Each row choice as 4 mask bytes in one word, as every enumeration kernel packs them.
+    words = _enumeration_tables((2, 4))[2].astype(np.uint64)
     code_powers = 3 ** np.arange(4, dtype=np.int64)
     slot_of: dict[int, int] = {}
     lower = []
