@@ -393,12 +393,14 @@ def test_selection_network_on_32_wires_and_ties():
 
 @pytest.mark.parametrize("size", [1, 2, 4, 8, 16, 32])
 def test_unrolled_selection_networks_equal_the_sorted_wire(size):
-    """The straight-line networks (up to 8 wires) put the same value on their wire as a
+    """The straight-line networks (up to 16 wires) put the same value on their wire as a
     sort does, on ties, extreme keys and every lane count; larger sizes have none."""
     from nmref.transposable._flow_kernels import BELOW_ALL, _select_unrolled
+    from nmref.transposable._unrolled_networks import UNROLLED_WIRES
 
+    assert UNROLLED_WIRES == 16
     rng = np.random.default_rng(size)
-    for lanes in (1, 5, START_LANES):
+    for lanes in (1, 5, 8, START_LANES):
         values = rng.integers(-3, 4, (size, lanes)).astype(np.int64)
         values[:, 0] = BELOW_ALL  # the key that pads wires beyond m, in every wire of lane 0
         values[0, -1] = -BELOW_ALL - 1
@@ -406,9 +408,35 @@ def test_unrolled_selection_networks_equal_the_sorted_wire(size):
         for wire in range(size):
             sort = values.copy()
             ran = _select_unrolled(sort, wire)
-            assert ran == (2 <= size <= 8)
+            assert ran == (2 <= size <= UNROLLED_WIRES)
             if ran:
                 np.testing.assert_array_equal(sort[wire], expected[wire])
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_both_forms_of_the_network_loop_select_the_same_key(monkeypatch, native):
+    """The loop over a network's comparators takes int64 max/min where the target has
+    AVX-512 and the sign of a difference elsewhere (NATIVE_INT64_MIN_MAX, frozen into the
+    compiled kernel): both put the sorted value on the wire, on ties and on keys near
+    both ends of the range the start uses (|keys| < 2**62)."""
+    from nmref.transposable import _flow_kernels
+
+    monkeypatch.setattr(_flow_kernels, "NATIVE_INT64_MIN_MAX", native)
+    rng = np.random.default_rng(int(native))
+    for size in (32, 64):  # sizes without an unrolled network: the loop runs
+        values = rng.integers(-3, 4, (size, 9)).astype(np.int64)
+        values[:, 0] = _flow_kernels.BELOW_ALL
+        values[: size // 2, 1] = -_flow_kernels.BELOW_ALL - 1
+        values[size // 2 :, 1] = _flow_kernels.BELOW_ALL
+        expected = -np.sort(-values, axis=0)
+        for wire in (0, 1, size // 2 - 1, size // 2, size - 1):
+            sort = values.copy()
+            network = _selection_network(size, wire)
+            # The Python function reads the flag at call time; the compiled one froze it.
+            _flow_kernels._select_lanes.py_func(sort, network, wire)
+            np.testing.assert_array_equal(sort[wire], expected[wire], err_msg=f"wire {wire}")
+    # Numba's cache keys kernels on the target's features, so the flag cannot go stale.
+    assert isinstance(_flow_kernels._compiles_with_avx512(), bool)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -462,9 +490,10 @@ def test_the_size_specialised_flow_kernel_equals_the_generic_one(m, dtype):
 @pytest.mark.slow
 @pytest.mark.parametrize(("n", "m"), [(4, 8), (3, 6), (1, 2), (8, 16)])
 def test_blocks_of_tiles_mixing_every_kind_of_tile(n, m):
-    """The kernel loads and starts START_LANES tiles at once: zero, too-wide (truncated and
-    Python) and tie-heavy tiles inside one block, in a tile count that is no multiple of the
-    block, must each get the mask the readable solver gives that tile alone."""
+    """The kernel loads and starts blocks of tiles at once (START_LANES, 8 for 16x16 tiles):
+    zero, too-wide (truncated and Python) and tie-heavy tiles inside one block, in a tile
+    count that is no multiple of the block, must each get the mask the readable solver gives
+    that tile alone."""
     rng = np.random.default_rng(100 * m + n)
     tiles_down, tiles_across = 3, START_LANES // 2 + 3
     scores = rng.standard_normal((tiles_down * m, tiles_across * m))

@@ -37,10 +37,14 @@ every call); indices that are not loop variables are unsigned where it
 matters, so Numba emits no negative-index wraparound code (~12% in the direct
 moves). A select stored back to the address it was loaded from (``x[k] =
 min(x[k], y)``) is turned by LLVM into a masked store, which is slow on the
-x86 cores this runs on (AMD Zen: 20-30% of the 32:64 kernel); the network,
-the relaxations and the direct moves therefore take minima, maxima and
-conditional updates from the sign of a difference (``d >> 63``), with every
-operand below ``2**62`` in magnitude so that the difference cannot overflow.
+x86 cores this runs on (AMD Zen: 20-30% of the 32:64 kernel); the relaxations
+and the direct moves therefore take minima, maxima and conditional updates
+from the sign of a difference (``d >> 63``), with every operand below
+``2**62`` in magnitude so that the difference cannot overflow. The one
+exception is the selection network's loop on targets with AVX-512, which has
+int64 vector minimum and maximum instructions, so that no select (and no
+masked store) is left: it takes ``max``/``min`` there (``NATIVE_INT64_MIN_MAX``;
+the same values either way).
 Figures: ``benchmarks/bench_transposable.py``.
 
 For the same reasons the column and row passes (direct moves, settles) are
@@ -48,13 +52,15 @@ written out once per direction rather than shared through a helper over slices,
 and every buffer is its own argument (Numba has no cheap struct of arrays): the
 repeats that ``duplicates`` lists inside this file are deliberate.
 
-Two more steps are specific to small tiles. Selection networks of up to 8 wires
-run as generated straight-line code (:mod:`~nmref.transposable._unrolled_networks`,
-pasted between the markers below), so that their wires stay in registers. And
-tiles of a size in ``SPECIALISED_SIZES`` (8 and 16) run a kernel compiled with ``m``
+Three more steps are specific to small tiles. Selection networks of up to 16
+wires run as generated straight-line code (:mod:`~nmref.transposable._unrolled_networks`,
+pasted between the markers below), so that their wires stay in registers.
+Tiles of a size in ``SPECIALISED_SIZES`` (8 and 16) run a kernel compiled with ``m``
 as a constant (:func:`size_token`), in which LLVM unrolls the per-tile loops. Both
 return exactly what the generic code returns (tested); together they made 4:8
-1.26x faster, and the specialisation alone 8:16 1.05x-1.1x.
+1.26x faster, and the specialisation alone 8:16 1.05x-1.1x. And 16x16 tiles are
+loaded and started in blocks of 8 instead of 32 (:func:`_block_lanes`), which
+keeps each per-entry lane array at 16 KiB, as for 8x8 tiles in blocks of 32.
 """
 
 from __future__ import annotations
@@ -82,7 +88,8 @@ KEPT_PENALTY = np.int64(1) << np.int64(60)
 _ROW_POTENTIAL, _ROW_DISTANCE, _ROW_REACHED, _ROW_PARENT, _ROW_SETTLED, _ROW_KEPT = range(6)
 _COLUMN_POTENTIAL, _COLUMN_DISTANCE, _COLUMN_REACHED, _COLUMN_PARENT = range(6, 10)
 _COLUMN_SETTLED, _COLUMN_KEPT = 10, 11
-# Tiles whose start is computed together, one per vector lane (_start_lanes).
+# Tiles whose start is computed together, one per vector lane (_start_lanes), except for
+# 16x16 tiles (_block_lanes).
 START_LANES = 32
 # Rounds of dual coordinate descent in the start before the kept set is built (see
 # _start_lanes). One round cuts the mean deficit the shortest paths must augment on
@@ -94,6 +101,25 @@ DUAL_ROUNDS = 1
 # and the whole 4:8 kernel about 1.15x faster, 8:16 1.07x (one core, 4096x4096 |N(0,1)|);
 # larger tiles spend their time in loops long enough for a run-time bound.
 SPECIALISED_SIZES = (8, 16)
+
+
+def _compiles_with_avx512() -> bool:
+    """Whether Numba compiles for a target with AVX-512F (``NUMBA_CPU_FEATURES``, else the
+    host's features as Numba reads them). Numba keys its cache on those features too, so a
+    kernel compiled with one value of ``NATIVE_INT64_MIN_MAX`` is never loaded with the other."""
+    from numba.core import codegen, config
+
+    features = config.CPU_FEATURES
+    if features is None:
+        features = codegen.get_host_cpu_features()
+    return "+avx512f" in str(features).split(",")
+
+
+# int64 vector min/max are single instructions with AVX-512 (vpminsq/vpmaxsq), so the
+# selection network's loop takes them (8:16 1.04x, 32:64 1.1x on one core); without
+# AVX-512 LLVM lowers them to selects, and a select stored back where it was loaded
+# becomes a masked store, so the loop keeps the sign-of-difference form there.
+NATIVE_INT64_MIN_MAX = _compiles_with_avx512()
 
 
 def size_token(m: int) -> tuple:
@@ -108,6 +134,18 @@ def size_token(m: int) -> tuple:
 def _static_size(m, token):  # pragma: no cover
     """``m``, as a compile-time constant where ``token`` carries it (:func:`size_token`)."""
     return len(token) if len(token) > 0 else m
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _block_lanes(m):  # pragma: no cover
+    """Tiles per block of :func:`_load_lanes` and :func:`_start_lanes` (one per lane).
+
+    32, and 8 for 16x16 tiles: each per-entry lane array (``m * m`` entries x lanes x 8
+    bytes) is then 16 KiB, as for 8x8 tiles, instead of 64 KiB (8:16 1.13x on one core).
+    Fewer lanes were slower for 8x8 (16: 0.8x) and larger tiles (8 for 32x32: 0.78x),
+    and so were 4 lanes for 16x16 (0.85x).
+    """
+    return 8 if m == 16 else START_LANES
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -555,6 +593,1082 @@ def _select_8_wire_7(sort):  # pragma: no cover
 
 
 @numba.njit(cache=True, nogil=True)
+def _select_16_wire_0(sort):  # pragma: no cover
+    """sort[0, t] = rank 0 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x0, x8 = max(x0, x8), min(x0, x8)
+        sort[0, t] = x0
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_1(sort):  # pragma: no cover
+    """sort[1, t] = rank 1 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x0, x8 = max(x0, x8), min(x0, x8)
+        x1, x9 = max(x1, x9), min(x1, x9)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x4, x8 = max(x4, x8), min(x4, x8)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        sort[1, t] = x1
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_2(sort):  # pragma: no cover
+    """sort[2, t] = rank 2 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x0, x8 = max(x0, x8), min(x0, x8)
+        x1, x9 = max(x1, x9), min(x1, x9)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x4, x8 = max(x4, x8), min(x4, x8)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        sort[2, t] = x2
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_3(sort):  # pragma: no cover
+    """sort[3, t] = rank 3 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x8 = max(x0, x8), min(x0, x8)
+        x1, x9 = max(x1, x9), min(x1, x9)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x4, x8 = max(x4, x8), min(x4, x8)
+        x5, x9 = max(x5, x9), min(x5, x9)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        sort[3, t] = x3
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_4(sort):  # pragma: no cover
+    """sort[4, t] = rank 4 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x8 = max(x0, x8), min(x0, x8)
+        x1, x9 = max(x1, x9), min(x1, x9)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x4, x8 = max(x4, x8), min(x4, x8)
+        x5, x9 = max(x5, x9), min(x5, x9)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        sort[4, t] = x4
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_5(sort):  # pragma: no cover
+    """sort[5, t] = rank 5 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x8 = max(x0, x8), min(x0, x8)
+        x1, x9 = max(x1, x9), min(x1, x9)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x6, x14 = max(x6, x14), min(x6, x14)
+        x4, x8 = max(x4, x8), min(x4, x8)
+        x5, x9 = max(x5, x9), min(x5, x9)
+        x6, x10 = max(x6, x10), min(x6, x10)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x6, x8 = max(x6, x8), min(x6, x8)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        sort[5, t] = x5
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_6(sort):  # pragma: no cover
+    """sort[6, t] = rank 6 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x8 = max(x0, x8), min(x0, x8)
+        x1, x9 = max(x1, x9), min(x1, x9)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x6, x14 = max(x6, x14), min(x6, x14)
+        x4, x8 = max(x4, x8), min(x4, x8)
+        x5, x9 = max(x5, x9), min(x5, x9)
+        x6, x10 = max(x6, x10), min(x6, x10)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x6, x8 = max(x6, x8), min(x6, x8)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        sort[6, t] = x6
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_7(sort):  # pragma: no cover
+    """sort[7, t] = rank 7 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x8 = max(x0, x8), min(x0, x8)
+        x1, x9 = max(x1, x9), min(x1, x9)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x6, x14 = max(x6, x14), min(x6, x14)
+        x7, x15 = max(x7, x15), min(x7, x15)
+        x4, x8 = max(x4, x8), min(x4, x8)
+        x5, x9 = max(x5, x9), min(x5, x9)
+        x6, x10 = max(x6, x10), min(x6, x10)
+        x7, x11 = max(x7, x11), min(x7, x11)
+        x6, x8 = max(x6, x8), min(x6, x8)
+        x7, x9 = max(x7, x9), min(x7, x9)
+        x7, x8 = max(x7, x8), min(x7, x8)
+        sort[7, t] = x7
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_8(sort):  # pragma: no cover
+    """sort[8, t] = rank 8 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x8 = max(x0, x8), min(x0, x8)
+        x1, x9 = max(x1, x9), min(x1, x9)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x6, x14 = max(x6, x14), min(x6, x14)
+        x7, x15 = max(x7, x15), min(x7, x15)
+        x4, x8 = max(x4, x8), min(x4, x8)
+        x5, x9 = max(x5, x9), min(x5, x9)
+        x6, x10 = max(x6, x10), min(x6, x10)
+        x7, x11 = max(x7, x11), min(x7, x11)
+        x6, x8 = max(x6, x8), min(x6, x8)
+        x7, x9 = max(x7, x9), min(x7, x9)
+        x7, x8 = max(x7, x8), min(x7, x8)
+        sort[8, t] = x8
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_9(sort):  # pragma: no cover
+    """sort[9, t] = rank 9 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x1, x9 = max(x1, x9), min(x1, x9)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x6, x14 = max(x6, x14), min(x6, x14)
+        x7, x15 = max(x7, x15), min(x7, x15)
+        x5, x9 = max(x5, x9), min(x5, x9)
+        x6, x10 = max(x6, x10), min(x6, x10)
+        x7, x11 = max(x7, x11), min(x7, x11)
+        x7, x9 = max(x7, x9), min(x7, x9)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        sort[9, t] = x9
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_10(sort):  # pragma: no cover
+    """sort[10, t] = rank 10 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x1, x9 = max(x1, x9), min(x1, x9)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x6, x14 = max(x6, x14), min(x6, x14)
+        x7, x15 = max(x7, x15), min(x7, x15)
+        x5, x9 = max(x5, x9), min(x5, x9)
+        x6, x10 = max(x6, x10), min(x6, x10)
+        x7, x11 = max(x7, x11), min(x7, x11)
+        x7, x9 = max(x7, x9), min(x7, x9)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        sort[10, t] = x10
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_11(sort):  # pragma: no cover
+    """sort[11, t] = rank 11 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x6, x14 = max(x6, x14), min(x6, x14)
+        x7, x15 = max(x7, x15), min(x7, x15)
+        x6, x10 = max(x6, x10), min(x6, x10)
+        x7, x11 = max(x7, x11), min(x7, x11)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        sort[11, t] = x11
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_12(sort):  # pragma: no cover
+    """sort[12, t] = rank 12 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x2, x10 = max(x2, x10), min(x2, x10)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x4, x12 = max(x4, x12), min(x4, x12)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x6, x14 = max(x6, x14), min(x6, x14)
+        x7, x15 = max(x7, x15), min(x7, x15)
+        x6, x10 = max(x6, x10), min(x6, x10)
+        x7, x11 = max(x7, x11), min(x7, x11)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        sort[12, t] = x12
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_13(sort):  # pragma: no cover
+    """sort[13, t] = rank 13 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x6, x14 = max(x6, x14), min(x6, x14)
+        x7, x15 = max(x7, x15), min(x7, x15)
+        x7, x11 = max(x7, x11), min(x7, x11)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        sort[13, t] = x13
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_14(sort):  # pragma: no cover
+    """sort[14, t] = rank 14 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x0, x2 = max(x0, x2), min(x0, x2)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x4, x6 = max(x4, x6), min(x4, x6)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x8, x10 = max(x8, x10), min(x8, x10)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x12, x14 = max(x12, x14), min(x12, x14)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x1, x2 = max(x1, x2), min(x1, x2)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x9, x10 = max(x9, x10), min(x9, x10)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x0, x4 = max(x0, x4), min(x0, x4)
+        x1, x5 = max(x1, x5), min(x1, x5)
+        x2, x6 = max(x2, x6), min(x2, x6)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x8, x12 = max(x8, x12), min(x8, x12)
+        x9, x13 = max(x9, x13), min(x9, x13)
+        x10, x14 = max(x10, x14), min(x10, x14)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x2, x4 = max(x2, x4), min(x2, x4)
+        x3, x5 = max(x3, x5), min(x3, x5)
+        x10, x12 = max(x10, x12), min(x10, x12)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x3, x4 = max(x3, x4), min(x3, x4)
+        x5, x6 = max(x5, x6), min(x5, x6)
+        x11, x12 = max(x11, x12), min(x11, x12)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        x3, x11 = max(x3, x11), min(x3, x11)
+        x5, x13 = max(x5, x13), min(x5, x13)
+        x6, x14 = max(x6, x14), min(x6, x14)
+        x7, x15 = max(x7, x15), min(x7, x15)
+        x7, x11 = max(x7, x11), min(x7, x11)
+        x11, x13 = max(x11, x13), min(x11, x13)
+        x13, x14 = max(x13, x14), min(x13, x14)
+        sort[14, t] = x14
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_16_wire_15(sort):  # pragma: no cover
+    """sort[15, t] = rank 15 (0: the largest) of the 16 wires sort[:, t]."""
+    for t in range(sort.shape[1]):
+        x0 = sort[0, t]
+        x1 = sort[1, t]
+        x2 = sort[2, t]
+        x3 = sort[3, t]
+        x4 = sort[4, t]
+        x5 = sort[5, t]
+        x6 = sort[6, t]
+        x7 = sort[7, t]
+        x8 = sort[8, t]
+        x9 = sort[9, t]
+        x10 = sort[10, t]
+        x11 = sort[11, t]
+        x12 = sort[12, t]
+        x13 = sort[13, t]
+        x14 = sort[14, t]
+        x15 = sort[15, t]
+        x0, x1 = max(x0, x1), min(x0, x1)
+        x2, x3 = max(x2, x3), min(x2, x3)
+        x4, x5 = max(x4, x5), min(x4, x5)
+        x6, x7 = max(x6, x7), min(x6, x7)
+        x8, x9 = max(x8, x9), min(x8, x9)
+        x10, x11 = max(x10, x11), min(x10, x11)
+        x12, x13 = max(x12, x13), min(x12, x13)
+        x14, x15 = max(x14, x15), min(x14, x15)
+        x1, x3 = max(x1, x3), min(x1, x3)
+        x5, x7 = max(x5, x7), min(x5, x7)
+        x9, x11 = max(x9, x11), min(x9, x11)
+        x13, x15 = max(x13, x15), min(x13, x15)
+        x3, x7 = max(x3, x7), min(x3, x7)
+        x11, x15 = max(x11, x15), min(x11, x15)
+        x7, x15 = max(x7, x15), min(x7, x15)
+        sort[15, t] = x15
+
+
+@numba.njit(cache=True, nogil=True)
 def _select_unrolled(sort, wire):  # pragma: no cover
     """Run the unrolled network of ``sort.shape[0]`` wires that decides ``wire``."""
     size = sort.shape[0]
@@ -586,6 +1700,38 @@ def _select_unrolled(sort, wire):  # pragma: no cover
         _select_8_wire_6(sort)
     elif size == 8 and wire == 7:
         _select_8_wire_7(sort)
+    elif size == 16 and wire == 0:
+        _select_16_wire_0(sort)
+    elif size == 16 and wire == 1:
+        _select_16_wire_1(sort)
+    elif size == 16 and wire == 2:
+        _select_16_wire_2(sort)
+    elif size == 16 and wire == 3:
+        _select_16_wire_3(sort)
+    elif size == 16 and wire == 4:
+        _select_16_wire_4(sort)
+    elif size == 16 and wire == 5:
+        _select_16_wire_5(sort)
+    elif size == 16 and wire == 6:
+        _select_16_wire_6(sort)
+    elif size == 16 and wire == 7:
+        _select_16_wire_7(sort)
+    elif size == 16 and wire == 8:
+        _select_16_wire_8(sort)
+    elif size == 16 and wire == 9:
+        _select_16_wire_9(sort)
+    elif size == 16 and wire == 10:
+        _select_16_wire_10(sort)
+    elif size == 16 and wire == 11:
+        _select_16_wire_11(sort)
+    elif size == 16 and wire == 12:
+        _select_16_wire_12(sort)
+    elif size == 16 and wire == 13:
+        _select_16_wire_13(sort)
+    elif size == 16 and wire == 14:
+        _select_16_wire_14(sort)
+    elif size == 16 and wire == 15:
+        _select_16_wire_15(sort)
     else:
         return False
     return True
@@ -611,12 +1757,16 @@ def _select_lanes(sort, network, wire):  # pragma: no cover
         for t in range(sort.shape[1]):
             x = sort[a, t]
             y = sort[b, t]
-            # max and min by the sign of the difference (|keys| < 2**62): selects stored
-            # back where they were loaded would become (slow) masked stores.
-            difference = y - x
-            up = difference & ~(difference >> np.int64(63))
-            sort[a, t] = x + up
-            sort[b, t] = y - up
+            if NATIVE_INT64_MIN_MAX:
+                sort[a, t] = max(x, y)
+                sort[b, t] = min(x, y)
+            else:
+                # max and min by the sign of the difference (|keys| < 2**62): selects
+                # stored back where they were loaded would become (slow) masked stores.
+                difference = y - x
+                up = difference & ~(difference >> np.int64(63))
+                sort[a, t] = x + up
+                sort[b, t] = y - up
 
 
 @numba.njit(cache=True, nogil=True)
@@ -752,15 +1902,17 @@ def _start_lanes(
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _settle_nearest(nodes, reached, settled, distance, nearest, unreached):  # pragma: no cover
+def _settle_nearest(nodes, reached, settled, distance, nearest, unreached, m):  # pragma: no cover
     """Settle the lowest lane of ``nodes[reached]`` at distance ``nearest``; return it.
 
     ``reached``, ``settled`` and ``distance`` are rows of :func:`_ssp_tile`'s
-    state for one side (rows or columns) whose minimum is ``nearest``.
+    state for one side (rows or columns) whose minimum over the first ``m`` lanes is
+    ``nearest``. The lane is found without a branch (a loop that stops at the first
+    match mispredicts its exit once per settle): 8:16 1.03x.
     """
-    lane = 0
-    while nodes[reached, lane] != nearest:
-        lane += 1
+    lane = m
+    for i in range(m):
+        lane = min(lane, i + m * np.int64(nodes[reached, i] != nearest))
     nodes[settled, lane] = 1
     nodes[distance, lane] = nearest
     nodes[reached, lane] = unreached
@@ -897,7 +2049,7 @@ def _ssp_tile(w, w_t, kept, kept_t, m, n, width, potential, nodes, token):  # pr
             best_distance = min(min(best_row_distance, best_column_distance), sink_reached)
             if best_row_distance == best_distance:
                 i = _settle_nearest(
-                    nodes, _ROW_REACHED, _ROW_SETTLED, _ROW_DISTANCE, best_distance, unreached
+                    nodes, _ROW_REACHED, _ROW_SETTLED, _ROW_DISTANCE, best_distance, unreached, m
                 )
                 # A row: arcs to the columns of its dropped entries.
                 base = best_distance + nodes[_ROW_POTENTIAL, i]
@@ -925,6 +2077,7 @@ def _ssp_tile(w, w_t, kept, kept_t, m, n, width, potential, nodes, token):  # pr
                     _COLUMN_DISTANCE,
                     best_distance,
                     unreached,
+                    m,
                 )
                 # A column: arcs back to the rows of its kept entries, and to the sink.
                 base = best_distance + nodes[_COLUMN_POTENTIAL, j]
@@ -1227,7 +2380,7 @@ def _exact_range(
 ):  # pragma: no cover
     """Solve the tiles ``tile_list[first:last]`` (row-major tile numbers) exactly.
 
-    Tiles go in blocks of ``START_LANES``: a block is loaded
+    Tiles go in blocks of :func:`_block_lanes` tiles: a block is loaded
     (:func:`_load_lanes`) and started (:func:`_start_lanes`) all at once, one
     tile per vector lane, because those steps are the same branch-free
     arithmetic for every tile; then each tile is finished on its own
@@ -1244,7 +2397,7 @@ def _exact_range(
     # page-faulting, 2 m int64 per tile).
     keep_potentials = row_potentials.shape[0] > 0
     nodes = 2 * m + 2
-    lanes = START_LANES
+    lanes = _block_lanes(m)
     width = _padded_width(m)
     size = 1
     while size < m:

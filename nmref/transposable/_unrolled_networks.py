@@ -1,23 +1,22 @@
-"""The selection networks of up to 8 wires, written out as straight-line code.
+"""The selection networks of up to 16 wires, written out as straight-line code.
 
 The start of the flow kernel (:func:`~nmref.transposable._flow_kernels._start_lanes`)
 finds the ``n``-th largest key of every row and column of a block of tiles with a
 selection network (:func:`~nmref.transposable._flow_kernels._selection_network`), one
 tile per vector lane. Looping over the network's comparators keeps the wires in memory:
-two loads and two stores per comparator and lane. For networks of up to 8 wires (tiles
-with ``m <= 8``) this module writes each network out as one function whose wires are
+two loads and two stores per comparator and lane. For networks of up to 16 wires (tiles
+with ``m <= 16``) this module writes each network out as one function whose wires are
 local variables, so that they stay in registers while LLVM vectorises across lanes
-(the 4:8 start ran 1.4x faster). Each function returns the same value on its wire as the
-loop over the table (tested); only that wire is written back. 16 wires were tried: 8:16
-ran 3% faster in a process that loaded the kernel from the Numba cache but 10% slower in
-the process that compiled it, for 6 s more compile, so they loop.
+(the 4:8 start ran 1.4x faster; 16 wires made 8:16 1.07x faster on one core, in blocks of
+8 tiles, for about 6 s more compile). Each function returns the same value on its wire as
+the loop over the table (tested); only that wire is written back. Larger networks loop.
 """
 
 from __future__ import annotations
 
 from nmref.transposable._codegen import as_region
 
-UNROLLED_WIRES = 8
+UNROLLED_WIRES = 16
 
 
 def _select_source(size: int, wire: int) -> str:
