@@ -26,6 +26,17 @@ means nmref is faster. Per core: run under ``taskset -c 0`` (the nmref serial
 rows then use one core; the ``threads`` row needs two: ``taskset -c 0,1``), and
 a line per case gives nmref exact's entries/s and tiles/s on one thread and the
 ``threads``/one-thread speed ratio, beside OR-Tools' on the same tiles.
+
+Compiled or loaded: without ``NUMBA_CACHE_DIR`` the script compiles every kernel into a
+fresh cache, and the kernels then run in the process that compiled them, which on the
+2-core machines of this project runs the flow kernel 20-30% slower than a process that
+loads the same kernels from the cache (8:16, 8192x8192: 47M against 59M-64M entries/s;
+cause not found, spec Appendix A). The figures in the spec come from a process that
+loaded them: fill a cache first, then run again with the same cache::
+
+    export NUMBA_CACHE_DIR=/tmp/nmref-bench-cache
+    PYTHONPATH=. python benchmarks/bench_transposable.py --sizes 256 --repeats 1 --skip-peers all
+    PYTHONPATH=. taskset -c 0,1 python benchmarks/bench_transposable.py --sizes 8192 --repeats 3
 """
 
 from __future__ import annotations
@@ -256,7 +267,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     args = parser.parse_args()
 
-    # A fresh Numba cache, so the first call measures a cold compile.
+    # A fresh Numba cache unless one is given, so the first call measures a cold compile
+    # (and the rest run in the compiling process: see the module docstring).
     os.environ.setdefault("NUMBA_CACHE_DIR", tempfile.mkdtemp(prefix="bench-numba-"))
     import numba
 

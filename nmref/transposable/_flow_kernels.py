@@ -116,9 +116,10 @@ def _compiles_with_avx512() -> bool:
 
 
 # int64 vector min/max are single instructions with AVX-512 (vpminsq/vpmaxsq), so the
-# selection network's loop takes them (8:16 1.04x, 32:64 1.1x on one core); without
-# AVX-512 LLVM lowers them to selects, and a select stored back where it was loaded
-# becomes a masked store, so the loop keeps the sign-of-difference form there.
+# selection network's loop takes them (with the branch-free settle of _settle_nearest:
+# 8:16 1.04x, 32:64 1.1x on one core); without AVX-512 LLVM lowers them to selects, and a
+# select stored back where it was loaded becomes a masked store (10 more masked stores in
+# the AVX2 code of _start_lanes), so the loop keeps the sign-of-difference form there.
 NATIVE_INT64_MIN_MAX = _compiles_with_avx512()
 
 
@@ -141,7 +142,7 @@ def _block_lanes(m):  # pragma: no cover
     """Tiles per block of :func:`_load_lanes` and :func:`_start_lanes` (one per lane).
 
     32, and 8 for 16x16 tiles: each per-entry lane array (``m * m`` entries x lanes x 8
-    bytes) is then 16 KiB, as for 8x8 tiles, instead of 64 KiB (8:16 1.13x on one core).
+    bytes) is then 16 KiB, as for 8x8 tiles, instead of 64 KiB (8:16 1.07x on one core).
     Fewer lanes were slower for 8x8 (16: 0.8x) and larger tiles (8 for 32x32: 0.78x),
     and so were 4 lanes for 16x16 (0.85x).
     """
@@ -1908,7 +1909,7 @@ def _settle_nearest(nodes, reached, settled, distance, nearest, unreached, m):  
     ``reached``, ``settled`` and ``distance`` are rows of :func:`_ssp_tile`'s
     state for one side (rows or columns) whose minimum over the first ``m`` lanes is
     ``nearest``. The lane is found without a branch (a loop that stops at the first
-    match mispredicts its exit once per settle): 8:16 1.03x.
+    match mispredicts its exit once per settle).
     """
     lane = m
     for i in range(m):
