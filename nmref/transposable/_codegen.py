@@ -3,7 +3,7 @@
 Two kernels run faster as straight-line code than as loops over a table, because every
 intermediate value can then live in a register while LLVM vectorises across tiles: the
 2:4 meet in the middle (:mod:`~nmref.transposable._meet_in_middle`) and the selection
-networks of up to 8 wires (:mod:`~nmref.transposable._unrolled_networks`). Their code is
+networks of up to 16 wires (:mod:`~nmref.transposable._unrolled_networks`). Their code is
 written by those modules and pasted by ``scripts/generate_kernels.py`` into the kernel
 files between two marker lines, because the Numba cache is only safe with every callee
 in the kernel's own file. Tests check that each pasted region is what the writers

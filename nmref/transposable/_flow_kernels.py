@@ -1746,7 +1746,7 @@ def _select_lanes(sort, network, wire):  # pragma: no cover
     """Run ``network`` on the wires ``sort[w, :]``, all lanes at once.
 
     Only ``sort[wire, :]`` is defined afterwards. ``network`` must be
-    ``_selection_network(sort.shape[0], wire)``: networks of up to 8 wires run as
+    ``_selection_network(sort.shape[0], wire)``: networks of up to 16 wires run as
     the straight-line code written from that network (``_select_unrolled``; the same
     value on ``wire``, tested) and ``network`` itself is then not read.
     """
