@@ -435,8 +435,21 @@ def test_both_forms_of_the_network_loop_select_the_same_key(monkeypatch, native)
             # The Python function reads the flag at call time; the compiled one froze it.
             _flow_kernels._select_lanes.py_func(sort, network, wire)
             np.testing.assert_array_equal(sort[wire], expected[wire], err_msg=f"wire {wire}")
-    # Numba's cache keys kernels on the target's features, so the flag cannot go stale.
-    assert isinstance(_flow_kernels._compiles_with_avx512(), bool)
+
+
+def test_the_network_loop_form_follows_numbas_target_features(monkeypatch):
+    """NATIVE_INT64_MIN_MAX comes from the features Numba compiles for: NUMBA_CPU_FEATURES
+    when set (Numba keys its cache on the same features, so the flag cannot go stale)."""
+    from numba.core import config
+
+    from nmref.transposable import _flow_kernels
+
+    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+avx512f,+fma")
+    assert _flow_kernels._compiles_with_avx512()
+    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,-avx512f,+fma")
+    assert not _flow_kernels._compiles_with_avx512()
+    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+avx512vl")  # no avx512f itself
+    assert not _flow_kernels._compiles_with_avx512()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
