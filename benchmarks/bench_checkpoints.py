@@ -7,7 +7,7 @@ tensor's shape and scales the number of layers (``--scale 0.25``: 8 layers, abou
 with the embeddings; the default). Then, each command in its own process (wall time and
 the child's peak RSS from ``os.wait4``; the page cache is warm, the files were just written):
 
-1. read: every tensor read through ``nmref.sharded.open_model(...).records()`` and summed
+1. read: every tensor read through ``nmref.io.sharded.open_model(...).records()`` and summed
    (BF16 upcast included): GB/s of the shards' bytes, and peak RSS against the largest
    tensor's float32 upcast;
 2. ``nmref mask DIR --pattern 2:4 -o OUT`` (1-D, every GEMM weight and the embeddings):
@@ -40,8 +40,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from nmref._safetensors_writer import PlannedTensor, stream_safetensors  # noqa: E402
-from nmref.sharded import INDEX_NAME  # noqa: E402
+from nmref.io.safetensors_writer import PlannedTensor, stream_safetensors  # noqa: E402
+from nmref.io.sharded import INDEX_NAME  # noqa: E402
 
 # Llama-2-7B: dim 4096 and 32 layers (the llama repository's ModelArgs defaults); MLP width
 # 11008 = 2/3 * 4 * 4096 rounded up to its multiple_of=256; vocabulary 32000.
@@ -155,19 +155,19 @@ def timed(command: list[str]) -> tuple[float, float, str]:
 
 READ_PROBE = """
 import sys, numpy as np
-from nmref.sharded import open_model
+from nmref.io.sharded import open_model
 total = 0.0
 for record in open_model(sys.argv[1]).records():
     total += float(np.sum(record.array, dtype=np.float64))
 print(total)
 """
 
-BASELINE_PROBE = "import numpy, nmref.sharded, nmref.cli"
+BASELINE_PROBE = "import numpy, nmref.io.sharded, nmref.cli"
 
 # Start a local cluster as nmref mask --workers N does, run one trivial task, stop it.
 CLUSTER_PROBE = """
 import sys
-from nmref.distributed import dask_client
+from nmref.io.distributed import dask_client
 if __name__ == "__main__":
     with dask_client("local", int(sys.argv[1])) as client:
         client.submit(sum, [1, 2]).result()
@@ -177,7 +177,7 @@ if __name__ == "__main__":
 def tiles(folder: Path, include: str, m: int) -> int:
     import re
 
-    from nmref.sharded import open_model
+    from nmref.io.sharded import open_model
 
     pattern = re.compile(include)
     return sum(

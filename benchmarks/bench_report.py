@@ -18,7 +18,7 @@ Cases
 Each case runs the report in a fresh subprocess (``python -m nmsim report FILE
 --json --quiet``) with the mask methods installed here, and measures wall time
 and the child's peak RSS. In the same run it measures two baselines in
-subprocesses: reading every tensor (``nmref.checkpoints.iter_tensors``) and
+subprocesses: reading every tensor (``nmref.io.checkpoints.iter_tensors``) and
 calling the library's 1-D mask on every eligible tensor directly, so the
 printed ratios show the report's overhead over the work it cannot avoid.
 Medians over ``--repeat`` runs.
@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 READ_ONLY = """
 import sys
-from nmref.checkpoints import iter_tensors
+from nmref.io.checkpoints import iter_tensors
 count = sum(1 for record in iter_tensors(sys.argv[1]) if record.array.sum() is not None)
 print(count)
 """
@@ -55,7 +55,7 @@ print(count)
 LIBRARY_ONLY = """
 import sys
 import numpy as np
-from nmref.checkpoints import iter_tensors
+from nmref.io.checkpoints import iter_tensors
 from nmref.masks import magnitude_mask
 count = 0
 for record in iter_tensors(sys.argv[1]):
@@ -189,7 +189,7 @@ def main() -> None:
             elif case == "one-8192":
                 path = Path(folder) / "one-8192.safetensors"
                 small = Path(folder) / "one-64.safetensors"
-                from nmref.checkpoints import write_tensors
+                from nmref.io.checkpoints import write_tensors
 
                 rng = np.random.default_rng(0)
                 write_tensors(path, {"w": rng.standard_normal((8192, 8192), dtype=np.float32)})

@@ -63,7 +63,24 @@ from nmref.transposable import (
 )
 
 # Old public paths of moved modules: they import, with a DeprecationWarning, for one release.
-install_moved_modules({"nmref.flow": "nmref.transposable.flow"})
+install_moved_modules(
+    {
+        "nmref.flow": "nmref.transposable.flow",
+        # Files, checkpoints and the command line moved to rooms of their own (issue 38).
+        "nmref.checkpoints": "nmref.io.checkpoints",
+        "nmref.sharded": "nmref.io.sharded",
+        "nmref.distributed": "nmref.io.distributed",
+        "nmref._output": "nmref.io.output",
+        "nmref._safetensors_writer": "nmref.io.safetensors_writer",
+        "nmref._progress": "nmref.io.progress",
+        "nmref._compile_notice": "nmref.io.compile_notice",
+        "nmref._cli_messages": "nmref.cli.messages",
+        "nmref.audit.command": "nmref.cli.audit",
+        # BAME and Bi-Mask became packages, one concept per module (issue 38).
+        "nmref.bame_training": "nmref.bame.training",
+        "nmref._bimask_kernels": "nmref.bimask._kernels",
+    }
+)
 
 
 def __getattr__(name: str) -> object:

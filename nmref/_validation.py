@@ -11,13 +11,9 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-
-if TYPE_CHECKING:  # nmref.patterns itself checks its integers here
-    from nmref.patterns import Pattern
 
 __all__ = [
     "LAYOUTS",
@@ -262,13 +258,13 @@ def check_axis(axis: object, ndim: int) -> int:
     return checked % ndim
 
 
-def check_remainder(length: int, pattern: Pattern, axis: int, remainder: str) -> None:
-    """The remainder policy, and a grouped axis that fits it."""
+def check_remainder(length: int, m: int, axis: int, remainder: str) -> None:
+    """The remainder policy, and a grouped axis of ``length`` that fits groups of ``m``."""
     check_choice(remainder, "remainder", REMAINDERS)
-    if remainder == "error" and length % pattern.m != 0:
+    if remainder == "error" and length % m != 0:
         raise ValueError(
             f"length {length} of the grouped axis (axis={axis}) must be a multiple of "
-            f"m={pattern.m} (or choose the padding policy remainder='pad')"
+            f"m={m} (or choose the padding policy remainder='pad')"
         )
 
 
@@ -284,7 +280,7 @@ def check_layout(layout: str, ndim: int) -> None:
         )
 
 
-def check_tiled_matrix(array: NDArray, pattern: Pattern, name: str) -> None:
+def check_tiled_matrix(array: NDArray, m: int, name: str) -> None:
     """A 2-D matrix made of whole aligned ``m x m`` tiles (transposable masks)."""
     if array.ndim != 2:
         raise ValueError(
@@ -292,10 +288,10 @@ def check_tiled_matrix(array: NDArray, pattern: Pattern, name: str) -> None:
             "for Linear/Conv weights use transposable_weight_mask"
         )
     rows, columns = array.shape
-    if rows % pattern.m or columns % pattern.m:
+    if rows % m or columns % m:
         raise ValueError(
-            f"{name}.shape={array.shape}: both dimensions must be multiples of m={pattern.m} "
-            f"(a transposable mask is made of aligned {pattern.m}x{pattern.m} tiles)"
+            f"{name}.shape={array.shape}: both dimensions must be multiples of m={m} "
+            f"(a transposable mask is made of aligned {m}x{m} tiles)"
         )
 
 

@@ -109,7 +109,7 @@ def nm_mask_reference(
         raise ValueError("scores must have at least one dimension")
     axis = check_axis(axis, array.ndim)
     length = array.shape[axis]
-    check_remainder(length, pattern, axis, remainder)
+    check_remainder(length, pattern.m, axis, remainder)
     check_no_nan(array, "scores", NAN_HAS_NO_RANK)
 
     moved = np.moveaxis(array, axis, -1)
@@ -162,7 +162,7 @@ def _nm_mask_fast(
         raise ValueError(f"{name} must have at least one dimension")
     axis = check_axis(axis, array.ndim)
     length = array.shape[axis]
-    check_remainder(length, pattern, axis, remainder)
+    check_remainder(length, pattern.m, axis, remainder)
     values, use_magnitude = _kernel_input(array, use_magnitude)
 
     moved = np.ascontiguousarray(np.moveaxis(values, axis, -1))
@@ -349,7 +349,7 @@ def _group_counts(
         raise TypeError(f"mask must have a bool or numeric dtype, got dtype={array.dtype}")
     axis = check_axis(axis, array.ndim)
     length = array.shape[axis]
-    check_remainder(length, pattern, axis, remainder)
+    check_remainder(length, pattern.m, axis, remainder)
     kept = np.moveaxis(array != 0, axis, -1)
     num_groups = -(-length // pattern.m)
     padded = np.zeros((*kept.shape[:-1], num_groups * pattern.m), dtype=bool)

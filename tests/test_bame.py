@@ -30,7 +30,7 @@ from nmref.bame import (
     update_steps,
     weight_gradient_fraction,
 )
-from nmref.bame_training import (
+from nmref.bame.training import (
     SGD,
     GradientLedger,
     accuracy,
@@ -763,9 +763,9 @@ def _wrong_tie_swap(u, kept):
 
 
 def test_a_mutant_with_the_wrong_tie_rule_is_caught(monkeypatch):
-    import nmref.bame as bame
+    import nmref.bame.scores
 
-    monkeypatch.setattr(bame, "_single_swap", _wrong_tie_swap)
+    monkeypatch.setattr(nmref.bame.scores, "_single_swap", _wrong_tie_swap)
     caught = 0
     for seed in range(40):
         choices = {"pattern": 1, "adapt_fraction": 1, "freeze_threshold": 2}
@@ -780,10 +780,12 @@ def test_a_mutant_with_the_wrong_tie_rule_is_caught(monkeypatch):
 
 
 def test_a_mutant_that_ignores_freezing_is_caught(monkeypatch):
-    import nmref.bame as bame
+    import nmref.bame.evolve
 
     monkeypatch.setattr(
-        bame, "candidate_blocks", lambda state, config: ~np.zeros(state.changes.shape, bool)
+        nmref.bame.evolve,
+        "candidate_blocks",
+        lambda state, config: ~np.zeros(state.changes.shape, bool),
     )
     choices = {"pattern": 1, "adapt_fraction": 1, "fraction_schedule": 2}
     weight, mask, grad, state, step, config, velocity = make_case(5, choices, False)
@@ -875,10 +877,15 @@ def test_training_step_contracts_under_any_switches(seed, choices):
 
 def test_docstring_examples():
     import doctest
+    import importlib
+    import pkgutil
 
     import nmref.bame
 
-    failures, tried = doctest.testmod(nmref.bame, extraglobs={"np": np})
+    failures = tried = 0
+    for info in pkgutil.iter_modules(nmref.bame.__path__, "nmref.bame."):
+        result = doctest.testmod(importlib.import_module(info.name), extraglobs={"np": np})
+        failures, tried = failures + result.failed, tried + result.attempted
     assert failures == 0 and tried >= 10  # the examples exist and pass
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from nmref import bimask
 from nmref.layouts import to_reduction_matrix
-from nmref.masks import is_nm, magnitude_mask
+from nmref.masks import is_nm, magnitude_mask, nm_mask
 
 GOLDEN = importlib.resources.files("nmref.testing") / "data" / "golden" / "bimask_golden.npz"
 PATTERNS = [(1, 2), (2, 4), (1, 4), (3, 4), (2, 8), (4, 8), (0, 4), (4, 4), (1, 1)]
@@ -685,7 +685,7 @@ def test_contract_rejects_a_backward_mask_ranked_by_unmasked_magnitude(monkeypat
     """Ranking |W| instead of the survivors lets pruned weights take slots."""
 
     def ranks_unmasked(weight, forward, permutation, n, m, **kwargs):
-        chosen = bimask.nm_mask(np.abs(weight)[permutation], n, m, axis=0)
+        chosen = nm_mask(np.abs(weight)[permutation], n, m, axis=0)
         return chosen[np.argsort(permutation)] & forward
 
     monkeypatch.setattr(bimask, "backward_mask", ranks_unmasked)

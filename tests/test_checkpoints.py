@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nmref.checkpoints import iter_tensors, write_tensors
+from nmref.io.checkpoints import iter_tensors, write_tensors
 
 
 def _tensors():
@@ -98,7 +98,7 @@ def test_atomic_output_never_touches_the_process_umask(tmp_path, monkeypatch):
     create meanwhile; atomic_output must not do it at all."""
     import os
 
-    from nmref.checkpoints import atomic_output
+    from nmref.io.checkpoints import atomic_output
 
     def forbidden(mask):
         raise AssertionError(f"os.umask({mask:#o}) called")
@@ -125,7 +125,7 @@ def test_atomic_output_never_touches_the_process_umask(tmp_path, monkeypatch):
 def test_a_file_torch_did_not_write_is_named_as_such(tmp_path, content, suffix):
     """torch.load said 'pop from empty list' (IndexError) or blamed pickled objects."""
     pytest.importorskip("torch")
-    from nmref.checkpoints import list_tensors, read_tensor
+    from nmref.io.checkpoints import list_tensors, read_tensor
 
     path = tmp_path / f"garbage{suffix}"
     path.write_bytes(content)
@@ -164,7 +164,7 @@ def _lying_npz(path, shape=(2**20, 2**20)):
 def test_npz_whose_header_claims_2_20_by_2_20_is_refused_before_allocating(tmp_path):
     """Issue 20: a 301-byte .npz whose header claims (2**20, 2**20) made nmref mask, check and
     nmsim report try to allocate 4 TiB."""
-    from nmref.checkpoints import iter_tensors, read_tensor
+    from nmref.io.checkpoints import iter_tensors, read_tensor
 
     path = _lying_npz(tmp_path / "lie.npz")
     assert path.stat().st_size < 400
@@ -176,7 +176,7 @@ def test_npz_whose_header_claims_2_20_by_2_20_is_refused_before_allocating(tmp_p
 
 def test_npz_member_over_the_memory_budget_names_the_variable(tmp_path, monkeypatch):
     """A zip bomb's member is honest but huge: refused by the budget, which says how to raise it."""
-    from nmref.checkpoints import iter_tensors
+    from nmref.io.checkpoints import iter_tensors
 
     path = tmp_path / "big.npz"
     np.savez_compressed(path, w=np.zeros((512, 512)))

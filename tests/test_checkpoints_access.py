@@ -1,4 +1,4 @@
-"""``list_tensors`` / ``read_tensor`` and ``.pt`` reading in ``nmref.checkpoints``."""
+"""``list_tensors`` / ``read_tensor`` and ``.pt`` reading in ``nmref.io.checkpoints``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import pytest
 
-from nmref.checkpoints import (
+from nmref.io.checkpoints import (
     TensorNotFoundError,
     iter_tensors,
     list_tensors,

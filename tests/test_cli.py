@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import nmref
-from nmref.checkpoints import iter_tensors, write_tensors
 from nmref.cli import main
+from nmref.io.checkpoints import iter_tensors, write_tensors
 
 ROOT = Path(__file__).resolve().parents[1]
 

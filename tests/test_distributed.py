@@ -14,11 +14,11 @@ import pytest
 
 pytest.importorskip("distributed")
 
-from nmref import distributed
-from nmref.checkpoints import read_tensor
 from nmref.cli import main as nmref_main
-from nmref.distributed import MaskOptions, dask_client, distributed_masks, row_bands
-from nmref.sharded import INDEX_NAME, open_model
+from nmref.io import distributed
+from nmref.io.checkpoints import read_tensor
+from nmref.io.distributed import MaskOptions, dask_client, distributed_masks, row_bands
+from nmref.io.sharded import INDEX_NAME, open_model
 from tests.test_sharded_checkpoints import _model
 
 #: Attempts per task of :func:`_flaky` (module level: Dask pickles tasks by reference).

@@ -36,7 +36,7 @@ def test_backward_mask_in_bands_equals_one_band(seed, shape, ties, band, rank):
     permutation = rng.permutation(shape[0])
     whole = bimask.backward_mask(weight, forward, permutation, 2, 4, rank=rank)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(bimask, "BACKWARD_BAND_ELEMENTS", band)
+        patch.setattr(bimask.masks, "BACKWARD_BAND_ELEMENTS", band)
         banded = bimask.backward_mask(weight, forward, permutation, 2, 4, rank=rank)
     np.testing.assert_array_equal(banded, whole)
 

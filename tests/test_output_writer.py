@@ -1,4 +1,4 @@
-"""Issue 20, data loss and compress/inspect crashes: the one output writer (``nmref._output``)
+"""Issue 20, data loss and compress/inspect crashes: the one output writer (``nmref.io.output``)
 and the commands that write through it (``nmsim compress``, ``nmref mask``, ``nmsim report
 --out``). Each test is named after the item it pins, with the input written literally."""
 
@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nmref import _output
-from nmref._output import output_file, write_output
-from nmref.checkpoints import iter_tensors, write_tensors
 from nmref.cli import main as nmref_main
+from nmref.io import output as _output
+from nmref.io.checkpoints import iter_tensors, write_tensors
+from nmref.io.output import output_file, write_output
 from nmsim.cli import main as nmsim_main
 from nmsim.cli.formats import load_compressed
 
@@ -240,7 +240,7 @@ _SIGTERM_CHILD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from nmref._output import write_output
+    from nmref.io.output import write_output
 
     target, ready = Path(sys.argv[1]), Path(sys.argv[2])
 
@@ -343,7 +343,7 @@ _RACER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from nmref._output import write_output
+    from nmref.io.output import write_output
 
     target, index, start = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nmref.checkpoints import iter_tensors, write_tensors
 from nmref.cli import main
+from nmref.io.checkpoints import iter_tensors, write_tensors
 from nmref.permutation import permutation_objective
 
 pytest.importorskip("safetensors")

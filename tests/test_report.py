@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nmref.checkpoints import read_tensor
+from nmref.io.checkpoints import read_tensor
 from nmref.layouts import to_reduction_matrix
 from nmref.masks import is_nm, magnitude_mask
 from nmsim.report.build import ReportSettings, build_report, default_checkpoint_path
@@ -684,7 +684,7 @@ def test_training_script_builds_the_shipped_architecture(monkeypatch):
 
     from safetensors import safe_open
 
-    from nmref.checkpoints import list_tensors
+    from nmref.io.checkpoints import list_tensors
 
     spec = importlib.util.spec_from_file_location("train_digits", ROOT / "scripts/train_digits.py")
     script = importlib.util.module_from_spec(spec)

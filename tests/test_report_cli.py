@@ -329,7 +329,7 @@ def test_raw_escape_bytes_in_tensor_names_never_reach_the_terminal(tmp_path, cap
     """Issue 20: raw escape bytes in tensor names reached the terminal in ``nmsim report``."""
     import numpy as np
 
-    from nmref.checkpoints import write_tensors
+    from nmref.io.checkpoints import write_tensors
     from nmsim.cli import main as nmsim_main
 
     path = tmp_path / "evil.safetensors"
@@ -350,7 +350,7 @@ def test_non_utf8_checkpoint_name_does_not_break_report_out(tmp_path, capsys) ->
 
     import numpy as np
 
-    from nmref.checkpoints import write_tensors
+    from nmref.io.checkpoints import write_tensors
     from nmsim.cli import main as nmsim_main
 
     path = tmp_path / os.fsdecode(b"w\xff\xfe.safetensors")

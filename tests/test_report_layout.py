@@ -165,7 +165,7 @@ def test_the_kept_plot_draws_differences_from_one_d(monkeypatch, minilm_report):
 
 
 def test_progress_is_silent_when_stderr_is_not_a_terminal(capsys):
-    from nmref._progress import WorkProgress
+    from nmref.io.progress import WorkProgress
 
     with WorkProgress("masking", 2, 300, 4) as progress:
         progress.advance("a", 100, 1)
@@ -184,7 +184,7 @@ class _Terminal(io.StringIO):
 
 def test_compile_notice_says_it_once_and_only_on_a_cache_miss():
     numba = pytest.importorskip("numba")
-    from nmref._compile_notice import COMPILE_MESSAGE, compile_notice
+    from nmref.io.compile_notice import COMPILE_MESSAGE, compile_notice
 
     @numba.njit(cache=False)
     def twice(x):  # pragma: no cover - compiled

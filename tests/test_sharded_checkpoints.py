@@ -17,10 +17,10 @@ import pytest
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from nmref._safetensors_writer import PlannedTensor, stream_safetensors
-from nmref.checkpoints import iter_tensors, list_tensors, read_tensor
 from nmref.cli import main as nmref_main
-from nmref.sharded import INDEX_NAME, is_model_input, open_model
+from nmref.io.checkpoints import iter_tensors, list_tensors, read_tensor
+from nmref.io.safetensors_writer import PlannedTensor, stream_safetensors
+from nmref.io.sharded import INDEX_NAME, is_model_input, open_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -356,10 +356,10 @@ def test_a_failure_midway_leaves_the_previous_output_and_no_temporary_folder(
     argv = ["mask", str(tmp_path / "m"), "--pattern", "2:4", "-o", str(tmp_path / "out")]
     assert nmref_main(argv) == 0
     before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
-    import nmref.cli
+    import nmref.cli.mask
 
     calls = []
-    real = nmref.cli._mask_of
+    real = nmref.cli.mask._mask_of
 
     def interrupted(record, args):
         calls.append(record.name)
@@ -367,7 +367,7 @@ def test_a_failure_midway_leaves_the_previous_output_and_no_temporary_folder(
             raise KeyboardInterrupt
         return real(record, args)
 
-    monkeypatch.setattr(nmref.cli, "_mask_of", interrupted)
+    monkeypatch.setattr(nmref.cli.mask, "_mask_of", interrupted)
     assert nmref_main([*argv, "--force"]) == 130
     assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
     assert sorted(os.listdir(tmp_path)) == ["m", "out"]
@@ -465,7 +465,7 @@ def test_sharded_mask_memory_is_bounded_by_the_largest_tensor(tmp_path):
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "bool"])
 def test_read_tensor_rows_equals_slicing_the_whole_tensor(tmp_path, dtype):
-    from nmref.checkpoints import read_tensor_rows
+    from nmref.io.checkpoints import read_tensor_rows
 
     rng = np.random.default_rng(9)
     if dtype == "bfloat16":
@@ -503,7 +503,7 @@ def test_check_transposable_with_model_weights_prints_each_gap(tmp_path, capsys)
 def test_two_folder_writers_racing_without_force_exactly_one_wins(tmp_path):
     import threading
 
-    from nmref._output import output_folder
+    from nmref.io.output import output_folder
 
     barrier = threading.Barrier(2)
     outcomes: list[str] = []

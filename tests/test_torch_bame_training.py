@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from nmref import bame as ref
-from nmref import bame_training as ref_training
+from nmref.bame import training as ref_training
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
@@ -144,7 +144,7 @@ def test_linear_step_by_step_equals_the_reference_bit_for_bit(
 
 @pytest.mark.parametrize("step_order", ["evolve_first", "step_first"])
 def test_mlp_training_matches_bame_train_step(step_order):
-    # Full spec §4 step (cross-entropy, two layers) against nmref.bame_training: masks and
+    # Full spec §4 step (cross-entropy, two layers) against nmref.bame.training: masks and
     # counters exactly equal; weights to float64 rounding (the BLAS summation orders of
     # numpy and torch differ, so bit equality is not promised on non-integer data).
     rng = np.random.default_rng(0)

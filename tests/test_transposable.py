@@ -9,10 +9,13 @@ objectives), greedy bounds, invariances, certificates, errors, golden vectors.
 from __future__ import annotations
 
 import importlib.resources
+import importlib.util
 import itertools
 import json
+import sys
 import warnings
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -36,8 +39,9 @@ from nmref.transposable import (
 )
 from nmref.transposable._driver import solve_exact as _solve_exact  # the flow kernel on its own
 from nmref.transposable._enumeration_kernels import float64_exact_binades
-from nmref.transposable._flow_kernels import START_LANES, _selection_network
+from nmref.transposable._flow_start import START_LANES
 from nmref.transposable._kernel_contract import TOO_WIDE
+from nmref.transposable._selection_networks import _selection_network
 from nmref.transposable._small import kernels_only
 from nmref.transposable.patterns import pattern_table
 
@@ -279,15 +283,38 @@ def test_meet_in_the_middle_pairs_are_the_pattern_table_in_order():
     np.testing.assert_array_equal(np.array(masks), choices[table])
 
 
-@pytest.mark.parametrize("module", ["_enumeration_kernels", "_flow_kernels"])
-def test_the_generated_kernel_code_is_current(module):
-    """The straight-line code pasted into a kernel file is what its writer produces from
-    today's tables (rerun ``python scripts/generate_kernels.py``)."""
-    from nmref.transposable import _codegen
+def _generate_kernels_script():
+    path = Path(__file__).resolve().parents[1] / "scripts" / "generate_kernels.py"
+    spec = importlib.util.spec_from_file_location("generate_kernels", path)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
 
-    source = importlib.resources.files("nmref.transposable").joinpath(f"{module}.py")
-    region = _codegen.generated_region(source.read_text())
-    assert region == _codegen.regions()[module]()
+
+def test_the_generated_kernel_files_and_cache_digests_are_current():
+    """Every generated kernel file is what its writer produces from today's tables, and
+    every ``CACHE_DEPENDS`` digest matches its file (rerun
+    ``python scripts/generate_kernels.py``)."""
+    script = _generate_kernels_script()
+    expected = script.expected_files()
+    assert set(script.GENERATED) <= set(expected)
+    for path, text in expected.items():
+        assert path.read_text(encoding="utf-8") == text, f"{path.name} is out of date"
+
+
+def test_the_generator_check_fails_on_a_stale_generated_file(monkeypatch, capsys):
+    """``--check`` exits 1 when a generated file differs from its writer's output, and
+    names the file; it writes nothing."""
+    script = _generate_kernels_script()
+    path = next(iter(script.GENERATED))
+    writer = script.GENERATED[path]
+    monkeypatch.setitem(script.GENERATED, path, lambda: writer() + "# edited\n")
+    monkeypatch.setattr(sys, "argv", ["generate_kernels.py", "--check"])
+    before = path.read_text(encoding="utf-8")
+    assert script.main() == 1
+    assert f"{path.name}: out of date" in capsys.readouterr().out
+    assert path.read_text(encoding="utf-8") == before
 
 
 @pytest.mark.slow
@@ -395,7 +422,8 @@ def test_selection_network_on_32_wires_and_ties():
 def test_unrolled_selection_networks_equal_the_sorted_wire(size):
     """The straight-line networks (up to 16 wires) put the same value on their wire as a
     sort does, on ties, extreme keys and every lane count; larger sizes have none."""
-    from nmref.transposable._flow_kernels import BELOW_ALL, _select_unrolled
+    from nmref.transposable._flow_start import BELOW_ALL
+    from nmref.transposable._generated_networks import _select_unrolled
     from nmref.transposable._unrolled_networks import UNROLLED_WIRES
 
     assert UNROLLED_WIRES == 16
@@ -419,21 +447,21 @@ def test_both_forms_of_the_network_loop_select_the_same_key(monkeypatch, native)
     AVX-512 and the sign of a difference elsewhere (NATIVE_INT64_MIN_MAX, frozen into the
     compiled kernel): both put the sorted value on the wire, on ties and on keys near
     both ends of the range the start uses (|keys| < 2**62)."""
-    from nmref.transposable import _flow_kernels
+    from nmref.transposable import _flow_start
 
-    monkeypatch.setattr(_flow_kernels, "NATIVE_INT64_MIN_MAX", native)
+    monkeypatch.setattr(_flow_start, "NATIVE_INT64_MIN_MAX", native)
     rng = np.random.default_rng(int(native))
     for size in (32, 64):  # sizes without an unrolled network: the loop runs
         values = rng.integers(-3, 4, (size, 9)).astype(np.int64)
-        values[:, 0] = _flow_kernels.BELOW_ALL
-        values[: size // 2, 1] = -_flow_kernels.BELOW_ALL - 1
-        values[size // 2 :, 1] = _flow_kernels.BELOW_ALL
+        values[:, 0] = _flow_start.BELOW_ALL
+        values[: size // 2, 1] = -_flow_start.BELOW_ALL - 1
+        values[size // 2 :, 1] = _flow_start.BELOW_ALL
         expected = -np.sort(-values, axis=0)
         for wire in (0, 1, size // 2 - 1, size // 2, size - 1):
             sort = values.copy()
             network = _selection_network(size, wire)
             # The Python function reads the flag at call time; the compiled one froze it.
-            _flow_kernels._select_lanes.py_func(sort, network, wire)
+            _flow_start._select_lanes.py_func(sort, network, wire)
             np.testing.assert_array_equal(sort[wire], expected[wire], err_msg=f"wire {wire}")
 
 
@@ -442,14 +470,14 @@ def test_the_network_loop_form_follows_numbas_target_features(monkeypatch):
     when set (Numba keys its cache on the same features, so the flag cannot go stale)."""
     from numba.core import config
 
-    from nmref.transposable import _flow_kernels
+    from nmref.transposable import _flow_start
 
     monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+avx512f,+fma")
-    assert _flow_kernels._compiles_with_avx512()
+    assert _flow_start._compiles_with_avx512()
     monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,-avx512f,+fma")
-    assert not _flow_kernels._compiles_with_avx512()
+    assert not _flow_start._compiles_with_avx512()
     monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+avx512vl")  # no avx512f itself
-    assert not _flow_kernels._compiles_with_avx512()
+    assert not _flow_start._compiles_with_avx512()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

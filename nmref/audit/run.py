@@ -99,7 +99,7 @@ def audit(
     weights = as_scores(matrix, "matrix")
     if weights.ndim != 2:
         raise ValueError(f"matrix must be 2-D, got shape {weights.shape}")
-    check_tiled_matrix(weights, parsed, "matrix")
+    check_tiled_matrix(weights, parsed.m, "matrix")
     check_finite_scores(weights, "matrix")
     if (
         weights.dtype.kind in "iu"

@@ -165,12 +165,12 @@ def check_bame_training(
 
     * ``y = x (mask ⊙ w)^T`` and ``dx = dy (mask ⊙ w)`` (the stored mask, both GEMMs);
     * ``dw = dy^T x`` at ``positions`` (the kept entries plus candidate blocks), as
-      :func:`nmref.bame_training.sparse_weight_gradient`;
+      :func:`nmref.bame.training.sparse_weight_gradient`;
     * ``dw`` is 0 or NaN everywhere else: those entries are never computed, so a dense
       weight gradient (SR-STE's) is rejected.
     """
     import nmref
-    from nmref.bame_training import sparse_weight_gradient
+    from nmref.bame.training import sparse_weight_gradient
 
     check = "bame training step"
     report = Report(check)

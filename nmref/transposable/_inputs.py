@@ -30,7 +30,7 @@ def prepare(
     """
     pattern = check_pattern(n, m)
     array = as_scores(scores, name)
-    check_tiled_matrix(array, pattern, name)
+    check_tiled_matrix(array, pattern.m, name)
     if check_finite:
         check_finite_scores(array, name)
     return array, pattern

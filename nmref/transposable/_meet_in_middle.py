@@ -22,16 +22,25 @@ The kernel (:func:`~nmref.transposable._enumeration_kernels.enumerate_2to4_float
 does not loop over these tables. :func:`best_of_block_source` writes them out as straight-line
 code, one line per candidate, which keeps every running maximum in a register and lets
 LLVM vectorise across tiles (1.6x-1.8x faster than looping over the tables with the
-maxima in memory); :mod:`~nmref.transposable._codegen` says where it is pasted.
+maxima in memory); ``scripts/generate_kernels.py`` writes it to
+``_generated_meet_in_middle.py`` (:mod:`~nmref.transposable._codegen`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from nmref.transposable._codegen import as_region
+from nmref.transposable._codegen import generated_module
 from nmref.transposable._driver import _enumeration_tables
 from nmref.transposable.patterns import pattern_table
+
+_GENERATED_DOCSTRING = """
+The exact 2:4 tile search met in the middle, as straight-line code.
+
+Written from :func:`~nmref.transposable._meet_in_middle.meet_in_middle_tables` by
+:mod:`~nmref.transposable._meet_in_middle`, which says why; called by
+:func:`~nmref.transposable._enumeration_kernels.enumerate_2to4_float32_tiles`.
+"""
 
 
 def meet_in_middle_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -84,7 +93,8 @@ def _word_literal(word: int) -> str:
 
 
 def best_of_block_source() -> str:
-    """Source of ``_2to4_best_of_block``: the meet in the middle as straight-line code.
+    """Source of the module ``_generated_meet_in_middle``, which holds
+    ``_2to4_best_of_block``: the meet in the middle as straight-line code.
 
     The function reads the 24 pair sums of a block of tiles (``row_sums[row, choice,
     tile]``, the choices in the order of ``pattern_table(2, 4)``) and writes, per tile,
@@ -145,4 +155,9 @@ def best_of_block_source() -> str:
         "        words01[b] = w01",
         "        words23[b] = w23",
     ]
-    return as_region(["\n".join(out) + "\n"])
+    return generated_module(
+        "nmref.transposable._meet_in_middle.best_of_block_source",
+        _GENERATED_DOCSTRING,
+        ["import numba", "import numpy as np"],
+        ["\n".join(out) + "\n"],
+    )

@@ -1,8 +1,8 @@
 """The selection networks of up to 16 wires, written out as straight-line code.
 
-The start of the flow kernel (:func:`~nmref.transposable._flow_kernels._start_lanes`)
+The start of the flow kernel (:func:`~nmref.transposable._flow_start._start_lanes`)
 finds the ``n``-th largest key of every row and column of a block of tiles with a
-selection network (:func:`~nmref.transposable._flow_kernels._selection_network`), one
+selection network (:func:`~nmref.transposable._selection_networks._selection_network`), one
 tile per vector lane. Looping over the network's comparators keeps the wires in memory:
 two loads and two stores per comparator and lane. For networks of up to 16 wires (tiles
 with ``m <= 16``) this module writes each network out as one function whose wires are
@@ -10,18 +10,27 @@ local variables, so that they stay in registers while LLVM vectorises across lan
 (the 4:8 start ran 1.4x faster; 16 wires made 8:16 1.07x faster on one core, in blocks of
 8 tiles, for about 6 s more compile). Each function returns the same value on its wire as
 the loop over the table (tested); only that wire is written back. Larger networks loop.
+``scripts/generate_kernels.py`` writes them to ``_generated_networks.py``
+(:mod:`~nmref.transposable._codegen`).
 """
 
 from __future__ import annotations
 
-from nmref.transposable._codegen import as_region
+from nmref.transposable._codegen import generated_module
+from nmref.transposable._selection_networks import _selection_network
 
 UNROLLED_WIRES = 16
 
+_GENERATED_DOCSTRING = """
+Selection networks of up to 16 wires as straight-line code, one function per wire.
+
+Written from :func:`~nmref.transposable._selection_networks._selection_network` by
+:mod:`~nmref.transposable._unrolled_networks`, which says why; called by
+:func:`~nmref.transposable._flow_start._select_lanes`.
+"""
+
 
 def _select_source(size: int, wire: int) -> str:
-    from nmref.transposable._flow_kernels import _selection_network
-
     network = _selection_network(size, wire)
     out = [
         "@numba.njit(cache=True, nogil=True)",
@@ -39,9 +48,10 @@ def _select_source(size: int, wire: int) -> str:
 
 
 def unrolled_select_source() -> str:
-    """Source of every unrolled network (sizes 2, 4 and 8, every wire) and of
-    ``_select_unrolled(sort, wire)``, which runs the one for ``sort``'s size and ``wire``
-    and returns whether there was one (the caller loops over the table otherwise)."""
+    """Source of the module ``_generated_networks``: every unrolled network (sizes 2, 4, 8
+    and 16, every wire) and ``_select_unrolled(sort, wire)``, which runs the one for
+    ``sort``'s size and ``wire`` and returns whether there was one (the caller loops over
+    the table otherwise)."""
     functions = []
     cases = []
     size = 2
@@ -64,4 +74,9 @@ def unrolled_select_source() -> str:
     dispatch.append("        return False")
     dispatch.append("    return True")
     functions.append("\n".join(dispatch) + "\n")
-    return as_region(functions)
+    return generated_module(
+        "nmref.transposable._unrolled_networks.unrolled_select_source",
+        _GENERATED_DOCSTRING,
+        ["import numba"],
+        functions,
+    )

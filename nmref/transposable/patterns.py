@@ -214,7 +214,7 @@ def is_transposable(mask: ArrayLike, n: int, m: int, *, exact: bool = True) -> b
     """
     pattern = check_pattern(n, m)
     array = np.asarray(mask)
-    check_tiled_matrix(array, pattern, "mask")
+    check_tiled_matrix(array, pattern.m, "mask")
     return is_nm(array, pattern.n, pattern.m, axis=1, exact=exact) and is_nm(
         array, pattern.n, pattern.m, axis=0, exact=exact
     )

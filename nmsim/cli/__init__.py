@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"nmsim: error: {error}", file=sys.stderr)
         return 3
     except (ValueError, TypeError, OSError, KeyError) as error:
-        from nmref._cli_messages import in_flag_words
+        from nmref.cli.messages import in_flag_words
 
         print(f"nmsim: error: {in_flag_words(str(error), parser)}", file=sys.stderr)
         return 2

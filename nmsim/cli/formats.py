@@ -143,7 +143,7 @@ def convert_for_kind(array: np.ndarray, kind: str) -> tuple[np.ndarray, str]:
 
 
 def _read_error(path: Path, error: BaseException) -> ValueError:
-    from nmref.checkpoints import _first_line
+    from nmref.io.checkpoints import _first_line
 
     text = _first_line(error)
     if isinstance(error, EOFError):
@@ -183,12 +183,12 @@ def _load(path: Path, what: str) -> Any:
         raise ValueError(f"{str(path)!r}: cannot read it: a truncated or broken .npz (zip) archive")
     try:
         if is_zip:
-            from nmref.checkpoints import _check_npz_members
+            from nmref.io.checkpoints import _check_npz_members
 
             # refuse members whose header lies about their size, and zip bombs, before inflating
             _check_npz_members(path)
             return np.load(path, allow_pickle=False)
-        from nmref.checkpoints import read_npy_header
+        from nmref.io.checkpoints import read_npy_header
 
         with open(path, "rb") as handle:
             _, dtype, _ = read_npy_header(handle)
@@ -225,7 +225,7 @@ def load_matrix(path: Path) -> np.ndarray:
 
 
 def run_compress(args: argparse.Namespace) -> int:
-    from nmref._output import check_output, write_output
+    from nmref.io.output import check_output, write_output
     from nmsim.formats.sparse_2to4 import compress_2to4
 
     if args.output.suffix.lower() != ".npz":

@@ -432,7 +432,7 @@ def _run_calibrate(args: argparse.Namespace) -> int:
 
     report = calibrate(rows, cross_validation=not args.no_cv, progress=progress, fold=args.fold)
     if args.write:
-        from nmref._output import write_output
+        from nmref.io.output import write_output
 
         data = Path(__file__).resolve().parent.parent / "data"
         texts = {

@@ -542,8 +542,8 @@ def render_table(report: dict[str, Any], console: Any) -> None:
 
 
 def _progress(quiet: bool) -> tuple[Any, Any]:
-    """A bar over the bytes the report reads (``nmref._progress``), and its callbacks."""
-    from nmref._progress import WorkProgress
+    """A bar over the bytes the report reads (``nmref.io.progress``), and its callbacks."""
+    from nmref.io.progress import WorkProgress
     from nmsim.report.build import Progress as Callbacks
 
     state: dict[str, Any] = {"bar": WorkProgress("analysing", 0, 0, quiet=True), "sizes": {}}
@@ -564,7 +564,7 @@ def _progress(quiet: bool) -> tuple[Any, Any]:
 
 
 def _heatmap_weight(report: dict[str, Any], checkpoint: str | None) -> dict[str, Any]:
-    from nmref.checkpoints import TensorInfo
+    from nmref.io.checkpoints import TensorInfo
     from nmsim.report.build import resolve_source
 
     for entry in report["tensors"]:
@@ -614,7 +614,7 @@ def run(args: argparse.Namespace) -> int:
             )
         if out.exists() and not out.is_dir():
             raise ValueError(f"--out {args.out!r} exists and is not a folder")
-    from nmref._compile_notice import compile_notice
+    from nmref.io.compile_notice import compile_notice
 
     errors = Console(stderr=True)
     state, callbacks = _progress(args.quiet)
@@ -623,7 +623,7 @@ def run(args: argparse.Namespace) -> int:
             stack.enter_context(compile_notice("nmsim", quiet=args.quiet))
             client = None
             if args.scheduler is not None:
-                from nmref.distributed import dask_client
+                from nmref.io.distributed import dask_client
 
                 client = stack.enter_context(dask_client(args.scheduler, args.workers))
             report = build_report(

@@ -12,26 +12,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from nmsim.report.text import printable
+
 __all__ = ["format_ratio", "format_value", "print_json", "print_table", "printable"]
-
-
-def printable(text: str) -> str:
-    """``text`` with control and format characters written as escapes (``\\x1b``).
-
-    Tensor names come from files: an escape byte in one must not reach the terminal
-    (it could recolour or rewrite the output); printable Unicode is kept as is.
-    """
-    import unicodedata
-
-    # a file name that is not valid UTF-8 arrives with surrogate escapes (os.fsdecode),
-    # which no terminal or font can show: write its bytes as \xff escapes
-    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return "".join(
-        character
-        if unicodedata.category(character)[0] != "C"
-        else character.encode("unicode_escape").decode("ascii")
-        for character in text
-    )
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:

@@ -6,7 +6,7 @@
 stored tensors into layers. A ``format`` string only selects a decoder from the fixed table
 :data:`FORMATS`: nothing named in a config is ever imported or executed. :func:`convert`
 rewrites a checkpoint as dense weights, ``sparse-24-bitmask`` or ``sparse-24`` (CUTLASS),
-streaming one layer at a time, through the project's atomic writer (``nmref._output``).
+streaming one layer at a time, through the project's atomic writer (``nmref.io.output``).
 
 Values are read as raw bits (bf16 as ``uint16``, fp8 e4m3 as ``uint8``) by memory-mapping
 the file after checking its header, so decoding and re-encoding are exact to the bit.
@@ -647,7 +647,7 @@ def convert(
     positions are chosen from the weight, which must be 1:2). A
     dense input has every 2-D ``*.weight`` tensor that is 2:4 (and, for ``cutlass``, aligned)
     encoded; other tensors are copied bit for bit. The output is one ``.safetensors`` file
-    written through :func:`nmref._output.write_output` (complete or not at all).
+    written through :func:`nmref.io.output.write_output` (complete or not at all).
 
     Returns
     -------
@@ -666,7 +666,7 @@ def convert(
     -----
     Two passes over the input (validate, then write): memory is one layer's arrays.
     """
-    from nmref._output import check_output, write_output
+    from nmref.io.output import check_output, write_output
 
     if to not in CONVERT_TARGETS:
         raise ValueError(f"to={to!r} must be one of {tuple(CONVERT_TARGETS)}")

@@ -24,7 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from nmref.checkpoints import check_regular_file
+from nmref.io.checkpoints import check_regular_file
 from nmsim.perf.hardware import get_gpu, normalize_dtype
 
 __all__ = [

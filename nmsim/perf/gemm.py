@@ -40,7 +40,7 @@ from nmsim.perf.gemm_parameters import (
     default_parameter_table,
     default_parameters,
 )
-from nmsim.perf.hardware import DTYPE_BYTES, GPU, get_gpu, normalize_dtype
+from nmsim.perf.hardware import DTYPE_BYTES, GPU, Peak, get_gpu, normalize_dtype
 
 __all__ = [
     "SPARSE_LIBRARIES",
@@ -178,7 +178,7 @@ def roofline(
     tn: np.ndarray,
     split: np.ndarray,
 ) -> dict[str, np.ndarray]:
-    """The time model of ``specs/gemm_model.md`` section 5 for many GEMMs at once.
+    """The time model of ``specs/gemm_model.md`` section 4 for many GEMMs at once.
 
     Every row argument has shape ``(R,)``; ``tm``, ``tn``, ``split`` list the
     ``C`` candidate configurations. Returns, per row, the fastest configuration
@@ -186,7 +186,7 @@ def roofline(
     every GEMM of the package (``gemm_time`` calls it with ``R = 1``; the fit
     with the whole corpus), so the fitted model and the shipped one agree. (The
     fit's line searches repeat its expressions term by term, to keep the terms a
-    parameter does not enter: ``nmsim.perf.calibration._StagedPath``, tested to
+    parameter does not enter: ``nmsim.perf.calibration.staged._StagedPath``, tested to
     give the same bits.)
 
     Complexity: O(R C) arithmetic.
@@ -307,73 +307,6 @@ def default_library(dtype: str) -> str:
     return "cutlass" if normalize_dtype(dtype) == "tf32" else "cusparselt"
 
 
-def _path_inputs(
-    gpu_obj: GPU,
-    m: int,
-    n: int,
-    k: int,
-    dtype: str,
-    peak_dense: float,
-    peak_path: float,
-    executed: Pattern | None,
-    a_values: float,
-    a_metadata: float,
-    other_bytes: float,
-    params: GemmParameters,
-    level: str,
-) -> dict[str, np.ndarray]:
-    sparse_path = executed is not None
-    sms = int(gpu_obj.sms.value)
-    element = DTYPE_BYTES[dtype]
-    eff = params.sparse_compute_efficiency if sparse_path else params.dense_compute_efficiency
-    a_mem = params.sparse_memory_efficiency if sparse_path else params.dense_memory_efficiency
-    overhead_us = params.launch_overhead_us + (
-        params.sparse_extra_overhead_us if sparse_path else 0.0
-    )
-    if level == "framework":
-        overhead_us += params.framework_overhead_us + (
-            params.sparse_framework_overhead_us if sparse_path else 0.0
-        )
-    k_step_ns = params.sparse_k_step_ns if sparse_path else params.dense_k_step_ns
-    dense_k_per_step = params.k_step_bytes / element
-    values = {
-        "m": m,
-        "n": n,
-        "k": k,
-        "sms": sms,
-        "dense_flops_per_sm": peak_dense * 1e12 / sms,
-        "math_speed": peak_path / peak_dense,
-        "compute_efficiency": eff,
-        "dense_compute_efficiency": params.dense_compute_efficiency,
-        "a_fraction": (a_values + a_metadata) / (m * k * element),
-        "a_bytes": a_values + a_metadata,
-        "other_bytes": other_bytes,
-        "bandwidth": gpu_obj.memory_bandwidth_gb_s.value * 1e9,
-        "memory_efficiency": params.dense_memory_efficiency,
-        "a_memory_efficiency": a_mem,
-        "tile_fixed_k": params.tile_fixed_k,
-        "k_step_s": k_step_ns * 1e-9,
-        # a sparse step walks twice the logical depth: its k-tile holds half the values
-        "k_per_step": dense_k_per_step * (1.0 / executed.density if sparse_path else 1.0),
-        "overhead_s": overhead_us * 1e-6,
-        "rate_fraction": (
-            rate_fraction(gpu_obj, dtype, peak_dense) if params.feed_follows_issue_rate else 1.0
-        ),
-        "balanced_tile_intensity": params.balanced_tile_intensity,
-    }
-    return {name: np.array([float(value)]) for name, value in values.items()}
-
-
-def rate_fraction(gpu: GPU, dtype: str, dense_tflops: float) -> float:
-    """The dense peak of this accumulate over the GPU's fastest peak for the input dtype.
-
-    1 on data-centre parts; 1/2 for FP32 accumulation on GeForce parts, whose tensor
-    cores issue FP16-accumulate MMAs at twice the rate (GA102/Ada whitepapers).
-    """
-    fastest = max(p.dense_tflops for p in gpu.peaks if p.input == dtype)
-    return dense_tflops / fastest
-
-
 def gemm_time(
     gpu: str | GPU,
     m: int,
@@ -465,6 +398,83 @@ def gemm_time(
     >>> sparse.speedup_low <= sparse.speedup <= sparse.speedup_high
     True
     """
+    # One step per section of specs/gemm_model.md; each helper's docstring names its section.
+    call = _validated_call(
+        gpu,
+        m,
+        n,
+        k,
+        dtype=dtype,
+        accumulate=accumulate,
+        output_dtype=output_dtype,
+        incompatible=incompatible,
+        library=library,
+        level=level,
+        parameters=parameters,
+    )
+    pattern = parse_pattern(sparse) if sparse is not None else None
+    executed, fallback, notes = _executed_pattern(call, pattern, incompatible)  # section 2
+    b_bytes, c_bytes = _b_and_c_bytes(call, b_elements, c_elements)  # section 3
+    chosen = _fastest_configuration(call, executed, b_bytes + c_bytes)  # section 4
+    speed: dict[str, object] = {}
+    if executed is not None:  # section 8: the same call dense, and the speedup's interval
+        speed, interval_notes = _speedup_against_dense(call, chosen, b_bytes + c_bytes)
+        notes += interval_notes
+    return _estimate(
+        call,
+        pattern=pattern,
+        executed=executed,
+        fallback=fallback,
+        chosen=chosen,
+        b_bytes=b_bytes,
+        c_bytes=c_bytes,
+        speed=speed,
+        notes=notes,
+    )
+
+
+# --------------------------------------------------------------------------- the model, by section
+@dataclass(frozen=True)
+class _GemmCall:
+    """One validated :func:`gemm_time` call: what every section of the model reads.
+
+    ``dtype`` and ``output`` are canonical names; ``peak`` is the GPU's tensor-core
+    row for the ``(dtype, accumulate)`` pair; ``params`` the resolved parameters.
+    """
+
+    gpu: GPU
+    m: int
+    n: int
+    k: int
+    dtype: str
+    peak: Peak
+    output: str
+    library: str
+    level: str
+    params: GemmParameters
+
+
+def _validated_call(
+    gpu: str | GPU,
+    m: int,
+    n: int,
+    k: int,
+    *,
+    dtype: str,
+    accumulate: str | None,
+    output_dtype: str | None,
+    incompatible: str,
+    library: str | None,
+    level: str,
+    parameters: GemmParameters | None,
+) -> _GemmCall:
+    """Check :func:`gemm_time`'s arguments (in this order) and resolve the defaults.
+
+    ``specs/gemm_model.md`` section 1 (lookup: an unknown GPU, a dtype/accumulate pair
+    the GPU lacks), section 3 (the default output dtype) and section 4.1 (the default
+    ``library`` and the calibrated parameters of the GPU's architecture, library and
+    dtype class).
+    """
     gpu_obj = get_gpu(gpu)
     m = check_positive_integer(m, "m")
     n = check_positive_integer(n, "n")
@@ -489,150 +499,330 @@ def gemm_time(
         raise TypeError(
             f"parameters={parameters!r} must be a GemmParameters (or None for the calibrated ones)"
         )
+    return _GemmCall(gpu_obj, m, n, k, dtype, peak, output, library, level, params)
 
+
+def _executed_pattern(
+    call: _GemmCall, pattern: Pattern | None, incompatible: str
+) -> tuple[Pattern | None, str | None, list[str]]:
+    """The pattern the hardware executes for a requested one: ``(executed, fallback, notes)``.
+
+    ``specs/gemm_model.md`` section 2: a pattern compatible with the hardware pattern
+    ``Nh:Mh`` of the dtype runs as ``Nh:Mh`` (a note says when extra sparsity is not
+    exploited); an incompatible one raises, or runs dense with ``incompatible="dense"``
+    (``fallback="dense"`` and a note). ``k`` must be a multiple of both group sizes.
+    ``executed`` is None on the dense path.
+    """
     notes: list[str] = []
-    pattern = parse_pattern(sparse) if sparse is not None else None
-    executed: Pattern | None = None
-    fallback: str | None = None
-    if pattern is not None:
-        hardware = peak.sparse_pattern
-        if k % pattern.m or k % hardware.m:
-            raise ValueError(
-                f"k={k} must be divisible by the pattern group size {pattern.m} "
-                f"(and the hardware group {hardware.m}); N:M groups run along k"
-            )
-        if hardware_compatible(pattern, hardware):
-            executed = hardware
-            if pattern.density < hardware.density:
-                notes.append(
-                    f"{pattern} is stored as {hardware} with explicit zeros: the hardware "
-                    f"skips only {hardware}, so the extra sparsity is not exploited"
-                )
-        elif incompatible == "dense":
-            fallback = "dense"
+    if pattern is None:
+        return None, None, notes
+    hardware = call.peak.sparse_pattern
+    k = call.k
+    if k % pattern.m or k % hardware.m:
+        raise ValueError(
+            f"k={k} must be divisible by the pattern group size {pattern.m} "
+            f"(and the hardware group {hardware.m}); N:M groups run along k"
+        )
+    if hardware_compatible(pattern, hardware):
+        if pattern.density < hardware.density:
             notes.append(
-                f"{pattern} can put {max_kept_per_hardware_group(pattern, hardware)} nonzeros "
-                f"in an aligned group of {hardware.m}; {gpu_obj.key} {dtype} accelerates only "
-                f"{hardware}: modelled as a dense GEMM"
+                f"{pattern} is stored as {hardware} with explicit zeros: the hardware "
+                f"skips only {hardware}, so the extra sparsity is not exploited"
             )
-        else:
-            raise ValueError(
-                f"sparse={str(pattern)!r} is not accelerated by {gpu_obj.key} for "
-                f"dtype={dtype!r}: the sparse tensor cores need <= {hardware.n} nonzeros in "
-                f"every aligned group of {hardware.m}, and {pattern} allows "
-                f"{max_kept_per_hardware_group(pattern, hardware)}; prune to a compatible "
-                f"pattern (e.g. {hardware}) or pass incompatible='dense'"
-            )
+        return hardware, None, notes
+    if incompatible == "dense":
+        notes.append(
+            f"{pattern} can put {max_kept_per_hardware_group(pattern, hardware)} nonzeros "
+            f"in an aligned group of {hardware.m}; {call.gpu.key} {call.dtype} accelerates only "
+            f"{hardware}: modelled as a dense GEMM"
+        )
+        return None, "dense", notes
+    raise ValueError(
+        f"sparse={str(pattern)!r} is not accelerated by {call.gpu.key} for "
+        f"dtype={call.dtype!r}: the sparse tensor cores need <= {hardware.n} nonzeros in "
+        f"every aligned group of {hardware.m}, and {pattern} allows "
+        f"{max_kept_per_hardware_group(pattern, hardware)}; prune to a compatible "
+        f"pattern (e.g. {hardware}) or pass incompatible='dense'"
+    )
 
-    # ----- bytes moved (ideal reuse)
+
+def _b_and_c_bytes(
+    call: _GemmCall, b_elements: int | None, c_elements: int | None
+) -> tuple[float, float]:
+    """Bytes of B read and C written, each once (``specs/gemm_model.md`` section 3).
+
+    B is ``k n`` input elements and C ``m n`` output elements, unless ``b_elements`` /
+    ``c_elements`` give the counts an implicit-GEMM convolution really moves.
+    """
+    element = DTYPE_BYTES[call.dtype]
+    b_count = (
+        call.k * call.n if b_elements is None else check_positive_integer(b_elements, "b_elements")
+    )
+    c_count = (
+        call.m * call.n if c_elements is None else check_positive_integer(c_elements, "c_elements")
+    )
+    return b_count * element, c_count * OUTPUT_BYTES[call.output]
+
+
+def _a_operand_bytes(call: _GemmCall, path: Pattern | None) -> tuple[float, float]:
+    """Bytes of A's values and of its metadata on one path (``specs/gemm_model.md`` section 3).
+
+    Dense: ``m k s`` and no metadata. Sparse (the executed hardware pattern): the kept
+    values ``m k (Nh/Mh) s`` plus :func:`metadata_bits_per_kept` bits per kept value.
+    """
+    element = DTYPE_BYTES[call.dtype]
+    if path is None:
+        return call.m * call.k * element, 0.0
+    kept = call.m * call.k * path.density
+    return kept * element, kept * metadata_bits_per_kept(call.dtype) / 8
+
+
+def _path_peak_tflops(peak: Peak, path: Pattern | None) -> float:
+    """The peak one path runs at (``specs/gemm_model.md`` section 1, the ``sparse_tflops`` item).
+
+    A dense GEMM runs at the dense peak. Vendor tables round dense and sparse peaks
+    independently (L40S 362 / 733); the sparse tensor cores run exactly 2x the dense
+    math rate, so the sparse peak is capped there.
+    """
+    if path is None:
+        return peak.dense_tflops
+    return min(peak.sparse_tflops, 2.0 * peak.dense_tflops)
+
+
+def _call_overhead_us(params: GemmParameters, sparse_path: bool, level: str) -> float:
+    """Fixed microseconds of one call (``specs/gemm_model.md`` section 4, ``overhead``).
+
+    The kernel launch (plus the sparse set-up), and at ``level="framework"`` the host
+    dispatch (plus the ``torch.sparse`` subclass's).
+    """
+    overhead_us = params.launch_overhead_us + (
+        params.sparse_extra_overhead_us if sparse_path else 0.0
+    )
+    if level == "framework":
+        overhead_us += params.framework_overhead_us + (
+            params.sparse_framework_overhead_us if sparse_path else 0.0
+        )
+    return overhead_us
+
+
+def rate_fraction(gpu: GPU, dtype: str, dense_tflops: float) -> float:
+    """The dense peak of this accumulate over the GPU's fastest peak for the input dtype.
+
+    1 on data-centre parts; 1/2 for FP32 accumulation on GeForce parts, whose tensor
+    cores issue FP16-accumulate MMAs at twice the rate (GA102/Ada whitepapers).
+    ``specs/gemm_model.md`` section 4, the ``balanced`` line (``r``).
+    """
+    fastest = max(p.dense_tflops for p in gpu.peaks if p.input == dtype)
+    return dense_tflops / fastest
+
+
+def _path_inputs(
+    call: _GemmCall,
+    path: Pattern | None,
+    *,
+    peak_path: float,
+    a_values: float,
+    a_metadata: float,
+    other_bytes: float,
+) -> dict[str, np.ndarray]:
+    """The row arguments of :func:`roofline` for one path of one call (``R = 1``).
+
+    ``specs/gemm_model.md`` section 4: the symbols of the formula, each a one-element
+    array (the fit passes the same names with one row per corpus row).
+    """
+    sparse_path = path is not None
+    gpu_obj, params, dtype = call.gpu, call.params, call.dtype
+    m, k = call.m, call.k
+    peak_dense = call.peak.dense_tflops
+    sms = int(gpu_obj.sms.value)
     element = DTYPE_BYTES[dtype]
-    b_count = k * n if b_elements is None else check_positive_integer(b_elements, "b_elements")
-    c_count = m * n if c_elements is None else check_positive_integer(c_elements, "c_elements")
-    b_bytes = b_count * element
-    c_bytes = c_count * OUTPUT_BYTES[output]
+    eff = params.sparse_compute_efficiency if sparse_path else params.dense_compute_efficiency
+    a_mem = params.sparse_memory_efficiency if sparse_path else params.dense_memory_efficiency
+    overhead_us = _call_overhead_us(params, sparse_path, call.level)
+    k_step_ns = params.sparse_k_step_ns if sparse_path else params.dense_k_step_ns
+    dense_k_per_step = params.k_step_bytes / element
+    values = {
+        "m": m,
+        "n": call.n,
+        "k": k,
+        "sms": sms,
+        "dense_flops_per_sm": peak_dense * 1e12 / sms,
+        "math_speed": peak_path / peak_dense,
+        "compute_efficiency": eff,
+        "dense_compute_efficiency": params.dense_compute_efficiency,
+        "a_fraction": (a_values + a_metadata) / (m * k * element),
+        "a_bytes": a_values + a_metadata,
+        "other_bytes": other_bytes,
+        "bandwidth": gpu_obj.memory_bandwidth_gb_s.value * 1e9,
+        "memory_efficiency": params.dense_memory_efficiency,
+        "a_memory_efficiency": a_mem,
+        "tile_fixed_k": params.tile_fixed_k,
+        "k_step_s": k_step_ns * 1e-9,
+        # a sparse step walks twice the logical depth: its k-tile holds half the values
+        "k_per_step": dense_k_per_step * (1.0 / path.density if sparse_path else 1.0),
+        "overhead_s": overhead_us * 1e-6,
+        "rate_fraction": (
+            rate_fraction(gpu_obj, dtype, peak_dense) if params.feed_follows_issue_rate else 1.0
+        ),
+        "balanced_tile_intensity": params.balanced_tile_intensity,
+    }
+    return {name: np.array([float(value)]) for name, value in values.items()}
 
-    def run(path: Pattern | None) -> tuple[dict[str, np.ndarray], float, float, float, float]:
-        if path is None:
-            a_values, a_metadata = m * k * element, 0.0
-            # a dense GEMM runs at the dense peak
-            peak_path = peak.dense_tflops
-        else:
-            kept = m * k * path.density
-            a_values = kept * element
-            a_metadata = kept * metadata_bits_per_kept(dtype) / 8
-            # Vendor tables round dense and sparse peaks independently (L40S 362 / 733); the
-            # sparse tensor cores run exactly 2x the dense math rate, so cap the peak there.
-            peak_path = min(peak.sparse_tflops, 2.0 * peak.dense_tflops)
-        inputs = _path_inputs(
-            gpu_obj,
-            m,
-            n,
-            k,
-            dtype,
-            peak.dense_tflops,
-            peak_path,
-            path,
-            a_values,
-            a_metadata,
-            b_bytes + c_bytes,
-            params,
-            level,
+
+@dataclass(frozen=True)
+class _Configuration:
+    """The fastest configuration of one path of one call, and its roofline terms.
+
+    Times in seconds, ``workspace`` in bytes (``specs/gemm_model.md`` sections 3-4);
+    ``min_compute_s`` is the smallest compute term over every configuration.
+    """
+
+    time_s: float
+    compute_s: float
+    memory_s: float
+    latency_s: float
+    overhead_s: float
+    min_compute_s: float
+    workspace: float
+    tile: tuple[int, int]
+    split_k: int
+    waves: int
+    a_values: float
+    a_metadata: float
+    peak_tflops: float
+
+
+def _fastest_configuration(
+    call: _GemmCall, path: Pattern | None, other_bytes: float
+) -> _Configuration:
+    """The autotuner's choice on one path (``specs/gemm_model.md`` section 4, "Time").
+
+    ``path`` is the executed hardware pattern, or None for the dense path;
+    ``other_bytes`` the bytes of B and C. The tiles and split-K factors of the path
+    (:func:`configuration_grid`) are timed by :func:`roofline`, which keeps the fastest.
+    """
+    a_values, a_metadata = _a_operand_bytes(call, path)
+    peak_path = _path_peak_tflops(call.peak, path)
+    inputs = _path_inputs(
+        call,
+        path,
+        peak_path=peak_path,
+        a_values=a_values,
+        a_metadata=a_metadata,
+        other_bytes=other_bytes,
+    )
+    tm, tn, sp = configuration_grid(call.params, sparse=path is not None, level=call.level)
+    result = roofline(**inputs, tm=tm, tn=tn, split=sp)
+    config = int(result["index"][0])
+    return _Configuration(
+        time_s=float(result["time"][0]),
+        compute_s=float(result["compute"][0]),
+        memory_s=float(result["memory"][0]),
+        latency_s=float(result["latency"][0]),
+        overhead_s=float(inputs["overhead_s"][0]),
+        min_compute_s=float(result["min_compute"][0]),
+        workspace=float(result["workspace"][0]),
+        tile=(int(tm[config]), int(tn[config])),
+        split_k=int(sp[config]),
+        waves=int(result["waves"][0]),
+        a_values=a_values,
+        a_metadata=a_metadata,
+        peak_tflops=peak_path,
+    )
+
+
+def _bound(chosen: _Configuration) -> Bound:
+    """What limits the chosen configuration (``specs/gemm_model.md`` section 4, after the formula).
+
+    ``latency`` when the overhead or the k-step floor is at least the larger of compute
+    and memory, else the larger of those two (``compute`` on a tie).
+    """
+    compute, memory, latency = chosen.compute_s, chosen.memory_s, chosen.latency_s
+    if chosen.overhead_s >= max(compute, memory, latency) or latency >= max(compute, memory):
+        return "latency"
+    return "compute" if compute >= memory else "memory"
+
+
+def _speedup_against_dense(
+    call: _GemmCall, chosen: _Configuration, other_bytes: float
+) -> tuple[dict[str, object], list[str]]:
+    """The sparse call's speedup over the same call dense, its interval and verdict.
+
+    ``specs/gemm_model.md`` section 8: the interval comes from the cross-validated errors
+    of comparable measured rows (:func:`nmsim.perf.intervals.speedup_interval`). Returns
+    the :class:`GemmEstimate` fields and the note an extrapolated interval adds.
+    """
+    from nmsim.perf.intervals import speedup_interval
+
+    dense_time = _fastest_configuration(call, None, other_bytes).time_s
+    ratio = dense_time / chosen.time_s
+    interval = speedup_interval(call.gpu, n=call.n, speedup=ratio, level=call.level)
+    notes = []
+    if interval.extrapolated:
+        notes.append(
+            "the speedup is extrapolated beyond the measured corpus and its interval "
+            f"widened ({interval.basis.split('extrapolated: ', 1)[-1].split('; ')[0]})"
         )
-        tm, tn, sp = configuration_grid(params, sparse=path is not None, level=level)
-        result = roofline(
-            **inputs,
-            tm=tm,
-            tn=tn,
-            split=sp,
-        )
-        config = int(result["index"][0])
-        result["tile_m"], result["tile_n"], result["split"] = tm[config], tn[config], sp[config]
-        return result, a_values, a_metadata, peak_path, float(inputs["overhead_s"][0])
+    fields = {
+        "dense_time_s": dense_time,
+        "speedup": ratio,
+        "speedup_low": interval.low,
+        "speedup_high": interval.high,
+        "verdict": interval.verdict,
+        "interval_basis": interval.basis,
+        "extrapolated": interval.extrapolated,
+    }
+    return fields, notes
 
-    result, a_values, a_metadata, peak_tflops, overhead = run(executed)
-    total = float(result["time"][0])
-    compute = float(result["compute"][0])
-    memory = float(result["memory"][0])
-    latency = float(result["latency"][0])
-    workspace = float(result["workspace"][0])
-    tile = (int(result["tile_m"]), int(result["tile_n"]))
-    split = int(result["split"])
-    waves = int(result["waves"][0])
 
-    if overhead >= max(compute, memory, latency) or latency >= max(compute, memory):
-        bound: Bound = "latency"
-    elif compute >= memory:
-        bound = "compute"
-    else:
-        bound = "memory"
-    sparse_path = executed is not None
-    speed: dict[str, object] = {}
-    if sparse_path:
-        from nmsim.perf.intervals import speedup_interval
+def _estimate(
+    call: _GemmCall,
+    *,
+    pattern: Pattern | None,
+    executed: Pattern | None,
+    fallback: str | None,
+    chosen: _Configuration,
+    b_bytes: float,
+    c_bytes: float,
+    speed: dict[str, object],
+    notes: list[str],
+) -> GemmEstimate:
+    """The :class:`GemmEstimate` of a call: the chosen terms and the derived figures.
 
-        dense_time = float(run(None)[0]["time"][0])
-        ratio = dense_time / total
-        interval = speedup_interval(gpu_obj, n=n, speedup=ratio, level=level)
-        speed = {
-            "dense_time_s": dense_time,
-            "speedup": ratio,
-            "speedup_low": interval.low,
-            "speedup_high": interval.high,
-            "verdict": interval.verdict,
-            "interval_basis": interval.basis,
-            "extrapolated": interval.extrapolated,
-        }
-        if interval.extrapolated:
-            notes.append(
-                "the speedup is extrapolated beyond the measured corpus and its interval "
-                f"widened ({interval.basis.split('extrapolated: ', 1)[-1].split('; ')[0]})"
-            )
+    ``specs/gemm_model.md`` section 4 (``achieved_tflops``, ``nonzero_flops``,
+    ``executed_flops``); the tile and wave efficiencies are the shares of the padded
+    tiles and of the last wave's SMs that do useful work.
+    """
+    m, n, k = call.m, call.n, call.k
+    params, sparse_path = call.params, executed is not None
+    tile, split, waves = chosen.tile, chosen.split_k, chosen.waves
     dense_flops = 2.0 * m * n * k
     tiles_mn = math.ceil(m / tile[0]) * math.ceil(n / tile[1])
+    a_values, a_metadata, workspace = chosen.a_values, chosen.a_metadata, chosen.workspace
     return GemmEstimate(
-        gpu=gpu_obj.key,
+        gpu=call.gpu.key,
         m=m,
         n=n,
         k=k,
-        dtype=dtype,
-        accumulate=peak.accumulate,
-        output_dtype=output,
+        dtype=call.dtype,
+        accumulate=call.peak.accumulate,
+        output_dtype=call.output,
         pattern=str(pattern) if pattern is not None else None,
         executed_pattern=str(executed) if executed is not None else None,
         fallback=fallback,
-        library=library,
-        level=level,
-        time_s=total,
-        compute_time_s=compute,
-        memory_time_s=memory,
-        latency_time_s=latency,
-        overhead_s=overhead,
-        bound=bound,
+        library=call.library,
+        level=call.level,
+        time_s=chosen.time_s,
+        compute_time_s=chosen.compute_s,
+        memory_time_s=chosen.memory_s,
+        latency_time_s=chosen.latency_s,
+        overhead_s=chosen.overhead_s,
+        bound=_bound(chosen),
         dense_equivalent_flops=dense_flops,
         nonzero_flops=dense_flops * (pattern.density if pattern is not None else 1.0),
         executed_flops=dense_flops * (executed.density if executed is not None else 1.0),
-        achieved_tflops=dense_flops / total / 1e12,
-        peak_tflops=peak_tflops,
+        achieved_tflops=dense_flops / chosen.time_s / 1e12,
+        peak_tflops=chosen.peak_tflops,
         bytes_a_values=a_values,
         bytes_a_metadata=a_metadata,
         bytes_b=b_bytes,
@@ -643,14 +833,14 @@ def gemm_time(
         split_k=split,
         waves=waves,
         tile_efficiency=m * n / (tiles_mn * tile[0] * tile[1]),
-        wave_efficiency=tiles_mn * split / (waves * int(gpu_obj.sms.value)),
+        wave_efficiency=tiles_mn * split / (waves * int(call.gpu.sms.value)),
         compute_efficiency=(
             params.sparse_compute_efficiency if sparse_path else params.dense_compute_efficiency
         ),
         memory_efficiency=(
             params.sparse_memory_efficiency if sparse_path else params.dense_memory_efficiency
         ),
-        min_compute_time_s=float(result["min_compute"][0]),
+        min_compute_time_s=chosen.min_compute_s,
         notes=tuple(notes),
         **speed,  # type: ignore[arg-type]
     )

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from nmref.checkpoints import (
+from nmref.io.checkpoints import (
     READ_FORMATS,
     TensorInfo,
     TensorRecord,
@@ -37,9 +37,9 @@ from nmref.checkpoints import (
     list_tensors,
     read_tensor,
 )
+from nmref.io.sharded import is_model_input
 from nmref.layouts import LAYOUTS, default_layout, to_reduction_shape
 from nmref.patterns import Pattern, parse_pattern
-from nmref.sharded import is_model_input
 from nmsim.report.methods import (
     COST_MODELS,
     GEMMS,
@@ -245,8 +245,8 @@ def _shard_map(shards: tuple[tuple[str, str], ...]) -> dict[str, str]:
 
 
 def _model_source(checkpoint: str) -> tuple[Source, dict[str, Any]]:
-    """A model folder or index: validated (``nmref.sharded.open_model``), headers only."""
-    from nmref.sharded import open_model
+    """A model folder or index: validated (``nmref.io.sharded.open_model``), headers only."""
+    from nmref.io.sharded import open_model
 
     model = open_model(checkpoint)
     shards = tuple((info.name, str(model.root / shard)) for info, shard in model.tensors)
@@ -300,7 +300,7 @@ def resolve_source(checkpoint: str | None) -> tuple[Source, dict[str, Any]]:
         path = installed_checkpoint_path(checkpoint)
         block = {"source": str(path), "kind": "file", "synthetic": False}
     elif is_model_input(checkpoint):
-        from nmref.sharded import open_model
+        from nmref.io.sharded import open_model
 
         open_model(checkpoint)  # the index rules first (specs/errors.md section 6)
         # a compressed-tensors checkpoint is usually a model folder too
@@ -575,10 +575,10 @@ def _entries_on_cluster(
     """Tensors analysed on a ``dask.distributed`` cluster, collected in listing order.
 
     At most 2 tasks per worker in flight (bounded memory on the client); each task is
-    retried on another worker if its worker dies or it raises (``nmref.distributed``);
+    retried on another worker if its worker dies or it raises (``nmref.io.distributed``);
     a task whose retries are spent is analysed here, so its error is the one-process one.
     """
-    from nmref.distributed import RETRIES
+    from nmref.io.distributed import RETRIES
 
     workers = max(len(client.scheduler_info().get("workers", {})), 1)
     pending: list[tuple[Any, tuple]] = []
@@ -789,7 +789,7 @@ def build_report(
         if reason is None:
             costs.append(key)
     tasks = [(source, info, settings, tuple(available), tuple(costs)) for info in selected]
-    from nmref._progress import stored_bytes
+    from nmref.io.progress import stored_bytes
 
     progress.plan(
         [

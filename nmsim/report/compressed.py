@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from nmref.checkpoints import TensorInfo, TensorRecord
+from nmref.io.checkpoints import TensorInfo, TensorRecord
 from nmsim.formats.compressed_checkpoint import (
     DTYPES,
     CompressedCheckpoint,

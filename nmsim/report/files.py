@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from nmref._output import write_output
+from nmref.io.output import write_output
 from nmref.layouts import to_reduction_matrix
 from nmref.masks import magnitude_mask
 from nmref.patterns import parse_pattern
@@ -116,7 +116,7 @@ def _drawable(text: str) -> str:
     """``text`` as matplotlib can draw it: a file name that is not valid UTF-8 arrives with
     surrogate escapes (os.fsdecode), which the font renderer refuses; show its bytes as
     ``\\xff`` escapes instead, and control characters the same way."""
-    from nmsim.cli.tables import printable
+    from nmsim.report.text import printable
 
     return printable(text)
 
@@ -375,7 +375,7 @@ def write_outputs(
 ) -> list[Path]:
     """Write the JSON, CSV and plots into ``directory`` (created if missing).
 
-    Each file goes through :func:`nmref._output.write_output`: complete or absent,
+    Each file goes through :func:`nmref.io.output.write_output`: complete or absent,
     never through a symbolic link, never over one of ``inputs``, and without
     ``force`` never over an existing file (even one created meanwhile).
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from nmref.bame import (
-    BlockScores,
+from nmref.bame.config import (
     check_candidate_blocks,
     check_config_choice,
     check_mask_form,
@@ -22,6 +21,7 @@ from nmref.bame import (
     check_utility_settings,
     raise_candidate_grad,
 )
+from nmref.bame.scores import BlockScores
 from nmref.patterns import check_pattern
 
 from .masks import is_nm, nm_mask
@@ -190,16 +190,18 @@ def evolve_mask(
 
     import numpy as np
 
-    from nmref import bame as reference
+    from nmref.bame.evolve import Evolution, check_state, next_state, resolve_lookahead
+    from nmref.bame.freezing import candidate_blocks, oscillation_frequency
+    from nmref.bame.schedule import adaptation_budget, check_update_step
 
-    reference.check_update_step(step, config)
+    check_update_step(step, config)
     n, m = config.n, config.m
     device = weight.device
-    lookahead = reference.resolve_lookahead(config, learning_rate)
+    lookahead = resolve_lookahead(config, learning_rate)
     host_mask = mask.cpu().numpy()
-    reference.check_state(state, host_mask, m)
-    frequency = reference.oscillation_frequency(state, config)
-    candidates = reference.candidate_blocks(state, config)
+    check_state(state, host_mask, m)
+    frequency = oscillation_frequency(state, config)
+    candidates = candidate_blocks(state, config)
     candidates_device = torch.from_numpy(candidates).to(device)
     scored = block_scores(
         weight,
@@ -223,7 +225,7 @@ def evolve_mask(
         ).reshape(frequency.shape)
         combined = scored.reduction * torch.from_numpy(factors).to(device)
     scores = torch.where(candidates_device, combined, 0.0)
-    budget = reference.adaptation_budget(step, int(candidates.sum()), candidates.size, config)
+    budget = adaptation_budget(step, int(candidates.sum()), candidates.size, config)
     selected = select_blocks(scores, candidates_device, budget)
     new_mask = torch.where(selected.repeat_interleave(m, dim=1), scored.proposed_mask, mask)
     changed = new_mask != mask
@@ -237,8 +239,8 @@ def evolve_mask(
         new_velocity = velocity.clone()
         if config.reset_momentum:
             new_velocity[changed] = 0
-    new_state = reference.next_state(state, host_mask, new_mask.cpu().numpy(), config)
-    return reference.Evolution(
+    new_state = next_state(state, host_mask, new_mask.cpu().numpy(), config)
+    return Evolution(
         mask=new_mask,
         weight=new_weight,
         velocity=new_velocity,

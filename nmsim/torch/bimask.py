@@ -16,13 +16,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from nmref.bimask import (
-    PermutationSearch,
-    check_backward_groups,
-    check_criterion,
-    check_rank,
-    evaluated_permutations,
-)
+from nmref.bimask.inputs import check_backward_groups
+from nmref.bimask.random_search import PermutationSearch, evaluated_permutations
+from nmref.bimask.settings import check_criterion, check_rank
 from nmref.layouts import Layout, default_layout
 from nmref.patterns import check_pattern
 

@@ -31,7 +31,7 @@ mask of ``|W|`` (tiles of ``m`` output x ``m`` input channels), so
 candidate blocks at update steps, as gathered dot products; the other entries
 are not computed (0 in ``weight.grad``). ``layer.bame_optimizer_step`` evolves
 ``K`` with :func:`nmsim.torch.bame.evolve_mask` at update steps and updates the
-kept entries only, as :func:`nmref.bame_training.bame_train_step`.
+kept entries only, as :func:`nmref.bame.training.bame_train_step`.
 Other methods plug into :data:`METHODS`. The layers that use these functions are
 :mod:`nmsim.torch.layers`; :func:`nmsim.torch.model.sparsify` swaps them into a model.
 """
@@ -299,7 +299,7 @@ def gathered_weight_gradient(
 ) -> torch.Tensor:
     """``dW[r, c] = Σ_b grad_outputs[b, r] · inputs[b, c]`` at ``positions`` only, 0 elsewhere.
 
-    Twin of :func:`nmref.bame_training.sparse_weight_gradient` (which writes NaN
+    Twin of :func:`nmref.bame.training.sparse_weight_gradient` (which writes NaN
     where nothing is computed). Complexity O(batch * positions.sum()).
     """
     out = torch.zeros(positions.shape, dtype=inputs.dtype, device=inputs.device)

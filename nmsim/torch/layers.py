@@ -222,7 +222,7 @@ class _SparseMixin:
         pruned weights and their momentum untouched; the bias is dense (``specs/bame.md``
         §4 step 4). A stock ``torch.optim.SGD`` would move pruned weights (momentum,
         decay, the candidate entries of ``weight.grad``). Does not advance ``bame_step``."""
-        from nmref.bame_training import SGD
+        from nmref.bame.training import SGD
 
         SGD(learning_rate, momentum, weight_decay)  # validates: lr > 0, 0 <= μ < 1, λ >= 0
         kept = self.bame_mask
@@ -243,7 +243,7 @@ class _SparseMixin:
         """Steps 3-4 of ``specs/bame.md`` §4 after ``backward``: :meth:`bame_update` and
         :meth:`bame_sgd_step` in ``bame_config.step_order``, then ``bame_step += 1``.
         Returns the ``Evolution`` or ``None`` (not an update step)."""
-        from nmref.bame_training import SGD
+        from nmref.bame.training import SGD
 
         SGD(learning_rate, momentum, weight_decay)  # validate before changing anything
         if self.bame_config.step_order == "evolve_first":

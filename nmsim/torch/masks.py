@@ -212,7 +212,7 @@ def nm_mask(
     if tensor.dim() == 0:
         raise ValueError("scores must have at least one dimension")
     axis = check_axis(axis, tensor.dim())
-    check_remainder(tensor.shape[axis], pattern, axis, remainder)
+    check_remainder(tensor.shape[axis], pattern.m, axis, remainder)
     check_no_nan(tensor, "scores")
     keys = _rank_keys(tensor.movedim(axis, -1))
     return _mask_along_last(keys, pattern).movedim(-1, axis)
@@ -248,7 +248,7 @@ def magnitude_mask(
     pattern = check_pattern(n, m)
     tensor = _as_tensor(weights, "weights")
     matrix = to_reduction_matrix(tensor, layout)
-    check_remainder(matrix.shape[-1], pattern, 1, remainder)
+    check_remainder(matrix.shape[-1], pattern.m, 1, remainder)
     check_no_nan(tensor, "weights")
     keys = _rank_keys(to_magnitude_keys(matrix))
     return from_reduction_matrix(_mask_along_last(keys, pattern), tuple(tensor.shape), layout)
@@ -273,7 +273,7 @@ def is_nm(
         raise ValueError("mask must have at least one dimension")
     axis = check_axis(axis, tensor.dim())
     length = tensor.shape[axis]
-    check_remainder(length, pattern, axis, remainder)
+    check_remainder(length, pattern.m, axis, remainder)
     kept = (tensor != 0).movedim(axis, -1)
     num_groups = -(-length // pattern.m)
     padded = torch.zeros(

@@ -135,7 +135,7 @@ def test_bame_training_mutants_are_rejected(name, message):
 
 
 def test_bame_training_check_accepts_the_reference():
-    from nmref.bame_training import sparse_weight_gradient
+    from nmref.bame.training import sparse_weight_gradient
     from nmref.testing.bame import check_bame_training
 
     def reference(x, w, mask, dy, positions):

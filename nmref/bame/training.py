@@ -25,14 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from nmref.bame import (
-    BameConfig,
-    BameState,
-    candidate_blocks,
-    evolve_mask,
-    gradient_positions,
-    is_update_step,
-)
+from nmref.bame.config import BameConfig, BameState
+from nmref.bame.evolve import evolve_mask
+from nmref.bame.freezing import candidate_blocks, gradient_positions
+from nmref.bame.schedule import is_update_step
 from nmref.masks import magnitude_mask
 
 __all__ = [

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from nmref._output import output_file, write_output
+from nmref.io.output import output_file, write_output
 
 __all__ = [
     "FORMATS",
@@ -195,7 +195,7 @@ def read_tensor_rows(
 
     A ``.safetensors`` tensor is memory-mapped over just that row range (BF16 upcast
     only there), so that a row band of a large tensor costs the band, not the tensor
-    (``nmref.distributed``). Other formats read the tensor and slice it.
+    (``nmref.io.distributed``). Other formats read the tensor and slice it.
 
     Raises
     ------
@@ -635,7 +635,7 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[str]:
     ``open()`` would give it, without touching the process umask (safe to call
     from several threads). Write to the yielded path by opening it again (it
     exists and is empty). This replaces an existing ``path``; commands use
-    :func:`nmref._output.output_file`, which also refuses to clobber, symbolic
+    :func:`nmref.io.output.output_file`, which also refuses to clobber, symbolic
     links and inputs.
     """
     with output_file(path, force=True, flag="") as temporary:
@@ -682,7 +682,7 @@ def write_tensors(
 
     Notes
     -----
-    Written through :func:`nmref._output.write_output`: a hidden temporary file in
+    Written through :func:`nmref.io.output.write_output`: a hidden temporary file in
     the destination's folder, fsynced, then linked (no clobbering) or renamed
     (``overwrite``) onto the destination.
     """

@@ -15,9 +15,16 @@ import json
 from nmref.audit.methods import METHODS
 from nmref.audit.result import format_table, summarize
 from nmref.audit.run import AUDIT_FILLS, audit
+from nmref.cli.common import (
+    CommandError,
+    add_filters,
+    nothing_selected,
+    report_skipped,
+    selected_records,
+)
 from nmref.layouts import default_layout, to_reduction_matrix
 
-__all__ = ["add_audit_parser", "parse_methods", "run_audit"]
+__all__ = ["add_parser", "parse_methods", "run_audit"]
 
 
 def parse_methods(text: str) -> list[str]:
@@ -33,8 +40,8 @@ def parse_methods(text: str) -> list[str]:
     return names
 
 
-def add_audit_parser(subparsers, add_filters) -> None:
-    """Register ``nmref audit`` on the ``nmref`` sub-command parsers."""
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``nmref audit`` to the ``nmref`` parser."""
     sub = subparsers.add_parser(
         "audit", help="audit transposable N:M methods against certified optima"
     )
@@ -57,13 +64,11 @@ def add_audit_parser(subparsers, add_filters) -> None:
 
 def run_audit(args: argparse.Namespace) -> int:
     """``nmref audit``: print the audit of every eligible tensor."""
-    from nmref.cli import CommandError, _nothing_selected, _report_skipped, _selected
-
     pattern = args.pattern
     skipped: list[str] = []
     tensors = []
     results = []
-    for record in _selected(args.input, args, need_float=True, skipped=skipped):
+    for record in selected_records(args.input, args, need_float=True, skipped=skipped):
         layout = default_layout(record.array.ndim) if args.layout == "auto" else args.layout
         matrix = to_reduction_matrix(record.array, layout)
         if matrix.shape[0] % pattern.m or matrix.shape[1] % pattern.m:
@@ -81,7 +86,7 @@ def run_audit(args: argparse.Namespace) -> int:
         results.append(result)
     if not results:
         raise CommandError(
-            _nothing_selected(
+            nothing_selected(
                 args.input, args, skipped, f"ndim >= 2, a float dtype, tiles of {pattern.m}"
             )
         )
@@ -110,5 +115,5 @@ def run_audit(args: argparse.Namespace) -> int:
     print(format_table(rows))
     if not_run:
         print("not run: " + "; ".join(not_run))
-    _report_skipped(skipped)
+    report_skipped(skipped)
     return 0

@@ -77,7 +77,7 @@ def stream_safetensors(
     Parameters
     ----------
     path : str
-        File to create (a temporary path of :mod:`nmref._output`).
+        File to create (a temporary path of :mod:`nmref.io.output`).
     planned : sequence of PlannedTensor
         Every tensor, in the order ``arrays`` yields them (that is the data order).
     arrays : iterator of (name, ndarray)

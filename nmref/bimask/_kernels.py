@@ -3,7 +3,8 @@
 Compiled lazily on first call. Every jitted callee lives in this file, so
 ``cache=True`` cannot serve a stale kernel. No ``fastmath``, no ``parallel``:
 the kernels add small integers and must return exactly what the NumPy
-reference in :mod:`nmref.bimask` returns.
+reference in :mod:`nmref.bimask` returns (:mod:`~nmref.bimask.scores`,
+:mod:`~nmref.bimask.local_search`, :mod:`~nmref.bimask.greedy`).
 
 Data layout shared by all kernels
 ---------------------------------

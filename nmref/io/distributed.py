@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from nmref.checkpoints import read_tensor, read_tensor_rows
+from nmref.io.checkpoints import read_tensor, read_tensor_rows
 from nmref.layouts import default_layout, from_reduction_matrix
 
 __all__ = ["BAND_ELEMENTS", "MaskOptions", "dask_client", "distributed_masks", "row_bands"]

@@ -8,7 +8,7 @@ folder, present, and every tensor in exactly the one shard the index names), lis
 its tensors from the shards' headers only, and reads one tensor at a time from the
 memory-mapped shard, so memory is bounded by the largest tensor whatever the
 model's size. :func:`write_model` writes a sharded output (one shard per input
-shard, with its own index) through :func:`nmref._output.output_folder`: the whole
+shard, with its own index) through :func:`nmref.io.output.output_folder`: the whole
 folder appears at once, or the previous one stays.
 
 Nothing named in ``config.json`` or the index is imported or executed; both are read
@@ -25,15 +25,15 @@ from pathlib import Path
 
 from numpy.typing import NDArray
 
-from nmref._output import output_folder
-from nmref._safetensors_writer import PlannedTensor, stream_safetensors
-from nmref.checkpoints import (
+from nmref.io.checkpoints import (
     TensorInfo,
     TensorRecord,
     check_regular_file,
     list_tensors,
     read_tensor,
 )
+from nmref.io.output import output_folder
+from nmref.io.safetensors_writer import PlannedTensor, stream_safetensors
 
 __all__ = [
     "INDEX_NAME",
@@ -298,7 +298,7 @@ def iter_input(path: str | os.PathLike[str]) -> Iterator[TensorRecord]:
     if is_model_input(path):
         yield from open_model(path).records()
         return
-    from nmref.checkpoints import iter_tensors
+    from nmref.io.checkpoints import iter_tensors
 
     yield from iter_tensors(path)
 
@@ -344,7 +344,7 @@ def write_model(
     -----
     Time O(bytes); memory one output tensor. The index is written when the input had
     one (a single ``model.safetensors`` gives a single one). Atomic as a whole
-    (:func:`nmref._output.output_folder`).
+    (:func:`nmref.io.output.output_folder`).
     """
     by_shard: dict[str, list[PlannedTensor]] = {}
     for shard, tensor in planned:

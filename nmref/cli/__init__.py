@@ -1,0 +1,93 @@
+"""The ``nmref`` command line: compute and check N:M masks of tensor files.
+
+One module per command (:mod:`~nmref.cli.mask`, :mod:`~nmref.cli.check`,
+:mod:`~nmref.cli.audit`, :mod:`~nmref.cli.permute`, :mod:`~nmref.cli.demo`,
+:mod:`~nmref.cli.explain`), each adding its sub-parser and running it; the helpers they share
+(the one-line :class:`~nmref.cli.common.CommandError`, the filters, the progress bar) are in
+:mod:`nmref.cli.common`. Files are read and written by :mod:`nmref.io`.
+
+``nmref mask IN --pattern 2:4 -o OUT``
+    Write the N:M magnitude mask (or, with ``--apply``, the masked weights) of
+    every eligible tensor of ``IN``.
+``nmref mask IN --pattern 4:8 --transposable [--method exact] -o OUT``
+    Transposable masks: n kept per row and per column of every aligned m x m
+    tile of the layout's ``[rows, reduction]`` matrix (``specs/transposable.md``).
+``nmref check MASK --pattern 2:4 [--transposable]``
+    Exit 0 when every eligible tensor of ``MASK`` is N:M (nonzero = kept), else
+    exit 1 naming the first violating tensor and group.
+``nmref audit IN --pattern 8:16 [--methods ...] [--json]``
+    Audit transposable methods (nmref's and labelled peers) against certified
+    optima: validity, gap distribution, time (``specs/audit.md``).
+``nmref permute MODEL --pattern 2:4 -o OUT``
+    Permute the channels of a model folder (``config.json`` + ``model.safetensors``)
+    whose layer pairing is known (LLaMA-style MLP and attention v/o), so that N:M
+    pruning keeps more magnitude and the model computes the same function; print
+    the kept magnitude per layer before and after (``specs/permutation.md``, P10).
+``nmref demo``
+    Mask and check a small built-in example checkpoint.
+
+Eligible tensors have ``ndim >= 2`` (weights of GEMMs); ``mask`` also requires a
+floating dtype. ``--include`` / ``--exclude`` filter tensor names by regular
+expression. Errors are one line on stderr and exit status 2.
+
+``IN`` (and ``MASK``, ``--weights``) may be a Hugging Face model folder or a
+``*.safetensors.index.json`` (:mod:`nmref.io.sharded`): the index is validated, tensors
+are read one at a time, and ``mask`` writes a sharded ``-o`` folder with its own
+index (or, for ``-o`` ending in a tensor-file suffix, one file). ``--scheduler
+ADDRESS`` / ``--workers N`` compute the masks on a Dask cluster
+(:mod:`nmref.io.distributed`), the same bits. A progress bar and a summary line go to
+stderr when it is a terminal (``--quiet``: none).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from nmref.cli import audit, check, demo, explain, mask, permute
+from nmref.cli.common import CommandError
+
+__all__ = ["CommandError", "build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the ``nmref`` argument parser."""
+    from nmref import __version__
+
+    parser = argparse.ArgumentParser(prog="nmref", description="Exact N:M sparsity masks.")
+    parser.add_argument("--version", action="version", version=f"nmref {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    mask.add_parser(subparsers)
+    check.add_parser(subparsers)
+    audit.add_parser(subparsers)
+    permute.add_parser(subparsers)
+    demo.add_parser(subparsers, run_command=main)
+    explain.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``nmref``; returns the exit status (0 ok, 1 invalid mask, 2 error)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+    from nmref.io.compile_notice import compile_notice
+
+    try:
+        with compile_notice("nmref", quiet=getattr(args, "quiet", False)):
+            return int(args.func(args))
+    except ImportError as error:
+        # an optional dependency the command needs is missing: the environment, not the input
+        print(f"nmref: error: {error}", file=sys.stderr)
+        return 3
+    except (CommandError, ValueError, TypeError, OSError) as error:
+        from nmref.cli.messages import in_flag_words
+
+        print(f"nmref: error: {in_flag_words(str(error), parser)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("nmref: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,22 @@
+"""Files: reading and writing tensors and model folders, and the plumbing around them.
+
+Kept apart from the algorithms (networkx keeps ``readwrite/`` beside ``algorithms/``): a reader
+who opens :mod:`nmref` to learn an algorithm meets algorithms first.
+
+:mod:`~nmref.io.checkpoints`
+    ``.npy``, ``.npz``, ``.safetensors`` and ``.pt`` files: validated listing and reading, one
+    tensor at a time, and atomic writing (``specs/checkpoint_formats.md``).
+:mod:`~nmref.io.sharded`
+    Hugging Face model folders and ``*.safetensors.index.json``: read shard by shard, written
+    as one set.
+:mod:`~nmref.io.safetensors_writer`
+    A ``.safetensors`` file streamed tensor by tensor from a plan of its header.
+:mod:`~nmref.io.output`
+    The safe writer every command uses: never over an input, never a half-written file.
+:mod:`~nmref.io.distributed`
+    The same masks computed on a Dask cluster, in row bands.
+:mod:`~nmref.io.progress`, :mod:`~nmref.io.compile_notice`
+    What a long command prints while it works.
+
+Nothing here is imported by ``import nmref``.
+"""
