@@ -31,7 +31,9 @@ from .functions import transposable_weight_mask as transposable_weight_mask
 from .layers import SparseConv2d, SparseLinear
 from .layouts import from_reduction_matrix, to_reduction_matrix
 from .masks import SUPPORTED_DTYPES, is_nm, magnitude_mask, nm_mask, to_magnitude_keys
-from .model import SparsifyResult, sparsify
+from .model import SparsifyResult, refresh_masks, sparse_layers, sparsify
+from .schedule import MethodSchedule
+from .steps import step_layers
 
 # training.py was split by concern (functions, layers, model); its names are all here.
 install_moved_modules({"nmsim.torch.training": "nmsim.torch"})
@@ -95,6 +97,7 @@ __all__ = [
     "BameConv2dFunction",
     "BameLinearFunction",
     "MaskedWeight",
+    "MethodSchedule",
     "SparseConv2d",
     "SparseLinear",
     "SparsifyResult",
@@ -103,9 +106,12 @@ __all__ = [
     "is_nm",
     "magnitude_mask",
     "nm_mask",
+    "refresh_masks",
+    "sparse_layers",
     "sparse_weight",
     "sparsify",
     "srste_gradient",
+    "step_layers",
     "to_magnitude_keys",
     "to_reduction_matrix",
 ]

@@ -60,6 +60,8 @@ __all__ = [
     "BiMaskLinearFunction",
     "GivenMaskWeight",
     "MaskedWeight",
+    "TwoMaskConv2dFunction",
+    "TwoMaskLinearFunction",
     "check_decay",
     "check_method",
     "gathered_weight_gradient",
@@ -215,6 +217,106 @@ class BiMaskConv2dFunction(torch.autograd.Function):
         return grad_input, grad_weight, grad_bias, None, None, None, None, None, None, None
 
 
+def _gemm_dtype(x: torch.Tensor) -> torch.dtype | None:
+    """The dtype ``torch.autocast`` runs GEMMs in on ``x``'s device, or None outside autocast.
+
+    Custom autograd functions see autocast in ``forward`` only; they record this dtype and run
+    the backward GEMMs in it too, as the autocast ``F.linear``/``F.conv2d`` they stand for
+    would (``specs/training.md`` §4).
+    """
+    device_type = x.device.type
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return None
+
+
+def _as_gemm(tensor: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tensor | None:
+    return tensor if tensor is None or dtype is None else tensor.to(dtype)
+
+
+class TwoMaskLinearFunction(torch.autograd.Function):
+    """Linear with one mask per GEMM: ``Y = X (F ⊙ W)^T + b``, ``dX = dY (B ⊙ W)``,
+    ``dW = dY^T X + λ (1 − F) ⊙ W`` (Bi-Mask's contract, ``specs/bimask.md`` §6, with the
+    masks given: the layers compute them at refresh time, outside the step).
+
+    ``forward(x, weight, bias, forward_mask, backward_mask, decay)``. Under ``torch.autocast``
+    the GEMMs of both passes run in the autocast dtype; ``dW`` and the SR-STE term are formed in
+    the weight's dtype.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, forward_mask, backward_mask, decay):  # type: ignore[override]
+        dtype = _gemm_dtype(x)
+        sparse = torch.where(forward_mask, weight, torch.zeros_like(weight))
+        ctx.save_for_backward(x, weight, forward_mask, backward_mask)
+        ctx.decay, ctx.has_bias, ctx.gemm_dtype = decay, bias is not None, dtype
+        with torch.autocast(x.device.type, enabled=False):
+            return F.linear(_as_gemm(x, dtype), _as_gemm(sparse, dtype), _as_gemm(bias, dtype))
+
+    @staticmethod
+    def backward(ctx, grad_output):  # type: ignore[override]
+        x, weight, forward_mask, backward_mask = ctx.saved_tensors
+        dtype = ctx.gemm_dtype
+        grad = _as_gemm(grad_output, dtype)
+        sparse_backward = torch.where(backward_mask, weight, torch.zeros_like(weight))
+        grad_input = (grad @ _as_gemm(sparse_backward, dtype)).to(x.dtype)
+        flat_grad = grad.reshape(-1, weight.shape[0])
+        grad_sparse = flat_grad.T @ _as_gemm(x, dtype).reshape(-1, weight.shape[1])
+        grad_weight = _srste_gradient(grad_sparse.to(weight.dtype), weight, forward_mask, ctx.decay)
+        grad_bias = flat_grad.sum(0) if ctx.has_bias else None
+        return grad_input, grad_weight, grad_bias, None, None, None
+
+
+class TwoMaskConv2dFunction(torch.autograd.Function):
+    """Convolution with one mask per GEMM (as :class:`TwoMaskLinearFunction`): forward with
+    ``F ⊙ W``, input gradient with ``B ⊙ W``, dense weight gradient plus SR-STE on ``1 − F``.
+
+    ``forward(x, weight, bias, forward_mask, backward_mask, decay, conv)`` with ``conv =
+    (stride, padding, dilation, groups)``.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, forward_mask, backward_mask, decay, conv):  # type: ignore[override]
+        dtype = _gemm_dtype(x)
+        stride, padding, dilation, groups = conv
+        sparse = torch.where(forward_mask, weight, torch.zeros_like(weight))
+        ctx.save_for_backward(x, weight, forward_mask, backward_mask)
+        ctx.decay, ctx.has_bias, ctx.conv, ctx.gemm_dtype = decay, bias is not None, conv, dtype
+        with torch.autocast(x.device.type, enabled=False):
+            return F.conv2d(
+                _as_gemm(x, dtype),
+                _as_gemm(sparse, dtype),
+                _as_gemm(bias, dtype),
+                stride,
+                padding,
+                dilation,
+                groups,
+            )
+
+    @staticmethod
+    def backward(ctx, grad_output):  # type: ignore[override]
+        x, weight, forward_mask, backward_mask = ctx.saved_tensors
+        stride, padding, dilation, groups = ctx.conv
+        dtype = ctx.gemm_dtype
+        grad = _as_gemm(grad_output, dtype)
+        sparse_backward = torch.where(backward_mask, weight, torch.zeros_like(weight))
+        grad_input = torch.nn.grad.conv2d_input(
+            x.shape,
+            _as_gemm(sparse_backward, dtype),
+            grad,
+            stride,
+            padding,
+            dilation,
+            groups,
+        ).to(x.dtype)
+        grad_sparse = torch.nn.grad.conv2d_weight(
+            _as_gemm(x, dtype), weight.shape, grad, stride, padding, dilation, groups
+        )
+        grad_weight = _srste_gradient(grad_sparse.to(weight.dtype), weight, forward_mask, ctx.decay)
+        grad_bias = grad.sum((0, 2, 3)) if ctx.has_bias else None
+        return grad_input, grad_weight, grad_bias, None, None, None, None
+
+
 class BameLinearFunction(torch.autograd.Function):
     """BAME Linear (``specs/bame.md`` §3.6): ``Y = X (K ⊙ W)^T + b``, ``dX = dY (K ⊙ W)``,
     ``dW[r, c] = Σ_b dY[b, r] X[b, c]`` only where ``positions[r, c]`` (0 elsewhere).
@@ -227,23 +329,28 @@ class BameLinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, mask, positions, mode="gathered"):  # type: ignore[override]
         _check_gradient_mode(mode)
+        dtype = _gemm_dtype(x)
         sparse = torch.where(mask, weight, torch.zeros_like(weight))
         ctx.save_for_backward(x, sparse, positions)
-        ctx.has_bias, ctx.mode = bias is not None, mode
-        return F.linear(x, sparse, bias)
+        ctx.has_bias, ctx.mode, ctx.gemm_dtype = bias is not None, _traceable(mode), dtype
+        ctx.weight_dtype = weight.dtype
+        with torch.autocast(x.device.type, enabled=False):
+            return F.linear(_as_gemm(x, dtype), _as_gemm(sparse, dtype), _as_gemm(bias, dtype))
 
     @staticmethod
     def backward(ctx, grad_output):  # type: ignore[override]
         x, sparse, positions = ctx.saved_tensors
-        grad_input = grad_output @ sparse
-        flat_grad = grad_output.reshape(-1, sparse.shape[0])
-        flat_x = x.reshape(-1, sparse.shape[1])
+        dtype = ctx.gemm_dtype
+        grad = _as_gemm(grad_output, dtype)
+        grad_input = (grad @ _as_gemm(sparse, dtype)).to(x.dtype)
+        flat_grad = grad.reshape(-1, sparse.shape[0])
+        flat_x = _as_gemm(x, dtype).reshape(-1, sparse.shape[1])
         if ctx.mode == "gathered":
             grad_weight = gathered_weight_gradient(flat_x, flat_grad, positions)
         else:
             grad_weight = torch.where(positions, flat_grad.T @ flat_x, 0.0)
         grad_bias = flat_grad.sum(0) if ctx.has_bias else None
-        return grad_input, grad_weight, grad_bias, None, None, None
+        return grad_input, grad_weight.to(ctx.weight_dtype), grad_bias, None, None, None
 
 
 class BameConv2dFunction(torch.autograd.Function):
@@ -255,35 +362,46 @@ class BameConv2dFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, mask, positions, conv, mode="gathered"):  # type: ignore[override]
         _check_gradient_mode(mode)
+        dtype = _gemm_dtype(x)
         stride, padding, dilation = conv
         sparse = torch.where(mask, weight, torch.zeros_like(weight))
         ctx.save_for_backward(x, sparse, positions)
-        ctx.has_bias, ctx.conv, ctx.mode = bias is not None, conv, mode
-        return F.conv2d(x, sparse, bias, stride, padding, dilation)
+        ctx.has_bias, ctx.conv, ctx.mode = bias is not None, conv, _traceable(mode)
+        ctx.gemm_dtype, ctx.weight_dtype = dtype, weight.dtype
+        with torch.autocast(x.device.type, enabled=False):
+            return F.conv2d(
+                _as_gemm(x, dtype),
+                _as_gemm(sparse, dtype),
+                _as_gemm(bias, dtype),
+                stride,
+                padding,
+                dilation,
+            )
 
     @staticmethod
     def backward(ctx, grad_output):  # type: ignore[override]
-        x, sparse, positions = ctx.saved_tensors
+        saved_x, sparse, positions = ctx.saved_tensors
         stride, padding, dilation = ctx.conv
+        dtype = ctx.gemm_dtype
+        grad = _as_gemm(grad_output, dtype)
+        x = _as_gemm(saved_x, dtype)
         grad_input = torch.nn.grad.conv2d_input(
-            x.shape, sparse, grad_output, stride, padding, dilation
-        )
+            x.shape, _as_gemm(sparse, dtype), grad, stride, padding, dilation
+        ).to(saved_x.dtype)
+        grad_bias = grad.sum((0, 2, 3)) if ctx.has_bias else None
         if ctx.mode == "masked_dense":
-            dense = torch.nn.grad.conv2d_weight(
-                x, sparse.shape, grad_output, stride, padding, dilation
-            )
-            grad_bias = grad_output.sum((0, 2, 3)) if ctx.has_bias else None
-            return grad_input, torch.where(positions, dense, 0.0), grad_bias, None, None, None, None
+            dense = torch.nn.grad.conv2d_weight(x, sparse.shape, grad, stride, padding, dilation)
+            grad_weight = torch.where(positions, dense, 0.0).to(ctx.weight_dtype)
+            return grad_input, grad_weight, grad_bias, None, None, None, None
         out_channels = sparse.shape[0]
         unfolded = F.unfold(x, sparse.shape[2:], dilation, padding, stride)  # (B, C*k, L)
         flat_x = unfolded.transpose(1, 2).reshape(-1, unfolded.shape[1])
-        flat_grad = grad_output.reshape(grad_output.shape[0], out_channels, -1)
+        flat_grad = grad.reshape(grad.shape[0], out_channels, -1)
         flat_grad = flat_grad.transpose(1, 2).reshape(-1, out_channels)
         grad_weight = gathered_weight_gradient(
             flat_x, flat_grad, positions.reshape(out_channels, -1)
         ).reshape(sparse.shape)
-        grad_bias = grad_output.sum((0, 2, 3)) if ctx.has_bias else None
-        return grad_input, grad_weight, grad_bias, None, None, None, None
+        return grad_input, grad_weight.to(ctx.weight_dtype), grad_bias, None, None, None, None
 
 
 BAME_GRADIENT_MODES = ("gathered", "masked_dense")
@@ -292,6 +410,13 @@ BAME_GRADIENT_MODES = ("gathered", "masked_dense")
 def _check_gradient_mode(mode: str) -> None:
     if mode not in BAME_GRADIENT_MODES:
         raise ValueError(f"bame_weight_gradient={mode!r} must be one of {BAME_GRADIENT_MODES}")
+
+
+def _traceable(mode: str) -> str:
+    """``"masked_dense"`` while ``torch.compile`` traces: the gathered entries are a
+    data-dependent number of dot products (``nonzero``), which a graph cannot hold. The same
+    entries, 0 elsewhere (``specs/training.md`` §5)."""
+    return "masked_dense" if torch.compiler.is_compiling() else mode
 
 
 def gathered_weight_gradient(

@@ -11,13 +11,25 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from nmref._validation import check_integer
 from nmref.layouts import Layout, to_reduction_shape
 from nmref.patterns import Pattern, parse_pattern
 
 from .functions import SRSTE_DEFAULT_DECAY, check_method
 from .layers import SparseConv2d, SparseLinear
+from .schedule import MethodSchedule
 
-__all__ = ["SparsifyResult", "sparsify"]
+#: The keyword settings of a layer's schedule that :func:`sparsify` passes on.
+SCHEDULE_SETTINGS = (
+    "refresh_interval",
+    "transposable_solver",
+    "transposable_fill",
+    "permutation_interval",
+    "permutation_candidates",
+    "backward_limit",
+)
+
+__all__ = ["SCHEDULE_SETTINGS", "SparsifyResult", "refresh_masks", "sparse_layers", "sparsify"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,8 @@ def sparsify(
     decay: float = SRSTE_DEFAULT_DECAY,
     conv_layout: Layout = "channels",
     bame_config=None,
+    seed: int = 0,
+    **schedule,
 ) -> SparsifyResult:
     """Swap eligible ``nn.Linear``/``nn.Conv2d`` layers of ``model`` for sparse ones, in place.
 
@@ -56,6 +70,14 @@ def sparsify(
     bame_config : nmref.bame.BameConfig, optional
         ``method="bame"`` only (default ``BameConfig(n, m)``); grouped
         convolutions are skipped with that reason.
+    seed : int, default 0
+        ``method="bimask"``: the i-th replaced layer draws its candidate permutations from
+        a generator seeded with ``seed + i``.
+    **schedule
+        The schedule settings of :class:`SparseLinear` (``refresh_interval``,
+        ``transposable_solver``, ``transposable_fill``, ``permutation_interval``,
+        ``permutation_candidates``, ``backward_limit``), checked before any layer is
+        replaced.
 
     Returns
     -------
@@ -79,6 +101,15 @@ def sparsify(
                 raise ValueError(f"{label}={rule!r} is not a regular expression: {error}") from None
     check_method(method, layer=True)
     parsed = parse_pattern(pattern)
+    unknown = sorted(set(schedule) - set(SCHEDULE_SETTINGS))
+    if unknown:
+        raise TypeError(
+            f"sparsify() got unknown setting(s) {unknown}; the schedule settings are "
+            f"{list(SCHEDULE_SETTINGS)}"
+        )
+    # Validate once, before the model changes (a bad setting must not leave it half-swapped).
+    MethodSchedule.for_method(method, **schedule)
+    check_integer(seed, "seed")
     included = 0
 
     def matches(rule, name: str, module: nn.Module) -> bool:
@@ -111,9 +142,11 @@ def sparsify(
                 (name, f"{module.weight.shape[0]} output channels: not a multiple of m={parsed.m}")
             )
             continue
-        options = {"pattern": parsed, "method": method, "decay": decay}
+        options = {"pattern": parsed, "method": method, "decay": decay, **schedule}
         if method == "bame":
             options["bame_config"] = bame_config
+        if method == "bimask":
+            options["seed"] = seed + len(replaced)
         if isinstance(module, nn.Linear):
             new = SparseLinear.from_dense(module, **options)
         else:
@@ -130,3 +163,25 @@ def _set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
     parent_name, _, child = name.rpartition(".")
     parent = model.get_submodule(parent_name) if parent_name else model
     setattr(parent, child, module)
+
+
+def sparse_layers(model: nn.Module) -> list[tuple[str, SparseLinear | SparseConv2d]]:
+    """The N:M sparse layers of ``model`` with their qualified names, in module order."""
+    return [
+        (name, module)
+        for name, module in model.named_modules()
+        if isinstance(module, SparseLinear | SparseConv2d)
+    ]
+
+
+def refresh_masks(model: nn.Module) -> int:
+    """Recompute the masks of every sparse layer of ``model`` from its current weight now
+    (schedules are not advanced; BAME layers, whose masks are evolved state, are left as they
+    are). Needed only after changing weights under ``torch.compile``, which skips the eager
+    staleness check. Returns the number of layers refreshed."""
+    count = 0
+    for _, layer in sparse_layers(model):
+        if layer.method != "bame":
+            layer.refresh_masks()
+            count += 1
+    return count
