@@ -587,8 +587,12 @@ class _SparseMixin:
         if grad is None:
             raise ValueError("bame_sgd_step needs weight.grad: run backward first")
         weight, velocity = self.weight.data, self.bame_velocity
-        velocity[kept] = momentum * velocity[kept] + (grad[kept] + weight_decay * weight[kept])
-        weight[kept] -= learning_rate * velocity[kept]
+        # where, not boolean indexing: the same elementwise operations on the kept entries,
+        # without the nonzero() that would synchronise a GPU at every step.
+        velocity.copy_(
+            torch.where(kept, momentum * velocity + (grad + weight_decay * weight), velocity)
+        )
+        weight.copy_(torch.where(kept, weight - learning_rate * velocity, weight))
         if update_bias and self.bias is not None and self.bias.grad is not None:
             bias_velocity = self.bame_bias_velocity
             bias_velocity.copy_(momentum * bias_velocity + self.bias.grad)
