@@ -22,6 +22,7 @@ Complexity: exact O(T K m^2) for T tiles and K patterns; greedy O(T m^2 log m).
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -43,16 +44,21 @@ _FLOAT64_SIGNIFICAND_BITS = 53
 _FLOAT64_MAX_EXPONENT = 1024  # every finite float64 is below 2**1024
 
 
+# Per thread, so that one caller's choice never reaches another thread's calls.
+_LOCAL = threading.local()
+
+
 @contextlib.contextmanager
 def kernels_only() -> Iterator[None]:
-    """Within this block every call goes to the kernels (for tests that check them)."""
-    global MAX_TILES
-    saved = MAX_TILES
-    MAX_TILES = -1
+    """Within this block every call of this thread goes to the kernels: for tests that check
+    them, and for callers that call again and again (a training layer refreshing its masks),
+    for whom the compile is paid once and the kernels are 10x faster (same masks)."""
+    saved = getattr(_LOCAL, "kernels_only", False)
+    _LOCAL.kernels_only = True
     try:
         yield
     finally:
-        MAX_TILES = saved
+        _LOCAL.kernels_only = saved
 
 
 def _tiles(array: NDArray, m: int) -> NDArray:
@@ -103,7 +109,12 @@ def _sums_are_exact(tiles: NDArray[np.float64], terms: int) -> bool:
 def _small_call_tiles(array: NDArray, pattern: Pattern) -> NDArray[np.float64] | None:
     """The float64 tiles of a call this module takes, or ``None`` when the kernels take it."""
     m = pattern.m
-    if m > _MAX_M or m == 0 or array.size // (m * m) > MAX_TILES:
+    if (
+        getattr(_LOCAL, "kernels_only", False)
+        or m > _MAX_M
+        or m == 0
+        or array.size // (m * m) > MAX_TILES
+    ):
         return None
     values = _exact_float64(array)
     return None if values is None else _tiles(values, m)

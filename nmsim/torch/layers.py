@@ -62,16 +62,39 @@ def host_transposable_mask(
     from nmref._validation import check_transposable_layout
     from nmref.layouts import from_reduction_matrix, to_reduction_matrix
     from nmref.transposable import transposable_mask
+    from nmref.transposable._small import kernels_only
 
     resolved = default_layout(weight.dim()) if layout is None else layout
     check_transposable_layout(tuple(weight.shape), m, resolved)
-    host = weight.detach().to("cpu")
-    if host.dtype in _LOW_PRECISION:
-        host = host.float()  # exact: every float16/bfloat16 is a float32
-    matrix = np.abs(to_reduction_matrix(host.numpy(), resolved))
-    mask = transposable_mask(matrix, n, m, method=solver, fill=fill)
+    matrix = np.abs(to_reduction_matrix(_host_array(weight), resolved))
+    # A layer refreshes again and again: the kernels' compile is paid once, and they are
+    # ~10x the NumPy path nmref takes for a single small call (the same masks).
+    with kernels_only():
+        mask = transposable_mask(matrix, n, m, method=solver, fill=fill)
     shaped = from_reduction_matrix(mask, tuple(weight.shape), resolved)
     return torch.from_numpy(np.ascontiguousarray(shaped)).to(weight.device)
+
+
+def _host_array(weight: torch.Tensor) -> np.ndarray:
+    """``weight`` as a NumPy array on the host; float16/bfloat16 as their exact float32
+    upcast (the bit-for-bit rule of the torch path, ``specs/torch.md`` §1)."""
+    host = weight.detach().to("cpu")
+    if host.dtype in _LOW_PRECISION:
+        host = host.float()
+    return host.numpy()
+
+
+def _mask_of(layer: _SparseMixin, weight: torch.Tensor) -> torch.Tensor:
+    """The 1-D magnitude mask of a layer's weight: nmref's Numba kernel on a CPU tensor
+    (several times the torch kernel's speed there), the torch kernel on any other device;
+    the same bits either way (both equal nmref, tested)."""
+    n, m = layer.pattern
+    if weight.device.type != "cpu":
+        return magnitude_mask(weight, n, m, layout=layer.layout)
+    from nmref.masks import magnitude_mask as host_magnitude_mask
+
+    mask = host_magnitude_mask(_host_array(weight), n, m, layout=layer.layout)
+    return torch.from_numpy(np.ascontiguousarray(mask))
 
 
 class _SparseMixin:
@@ -229,7 +252,7 @@ class _SparseMixin:
                     fill=self.schedule.transposable_fill,
                 )
             else:
-                mask = magnitude_mask(weight, n, m, layout=self.layout)
+                mask = _mask_of(self, weight)
             self.nm_mask.copy_(mask)
             if self.method == "bimask":
                 if search:
