@@ -319,3 +319,25 @@ def test_a_checkpoint_resumes_bit_for_bit(method, tmp_path):
     assert original.keys() == again.keys()
     for key in original:
         assert torch.equal(original[key], again[key]), key
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_copied_model_keeps_its_masks_and_trains_on_its_own(how, tmp_path):
+    import copy
+
+    model = _model("transposable", refresh_interval=10)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    _train(model, optimizer, _batches(3))  # the masks are now older than the weights
+    if how == "deepcopy":
+        twin = copy.deepcopy(model)
+    else:
+        torch.save(model, tmp_path / "model.pt")
+        twin = torch.load(tmp_path / "model.pt", weights_only=False)
+    assert set(twin.state_dict()) == set(model.state_dict())
+    assert all(
+        torch.equal(a.mask(), b.mask()) for a, b in zip(_layers(model), _layers(twin), strict=True)
+    )
+    twin_optimizer = torch.optim.SGD(twin.parameters(), lr=0.5)
+    _train(twin, twin_optimizer, _batches(2))
+    assert [layer.nm_step for layer in _layers(twin)] == [5, 5]
+    assert [layer.nm_step for layer in _layers(model)] == [3, 3]  # the original did not move

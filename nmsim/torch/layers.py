@@ -203,14 +203,16 @@ class _SparseMixin:
                 layer._after_backward()
 
         self._accumulation_hook = self.weight.register_post_accumulate_grad_hook(after_accumulation)
-        self._attached_weight = self.weight
+        # A weak reference, not the Parameter itself: a Parameter set as an attribute would
+        # be registered (and saved) as a second parameter.
+        self._attached = weakref.ref(self.weight)
 
     def _account(self) -> None:
         """Record that the masks are current for the weight as it is now."""
         self._mask_version = (self.weight._version, self.weight.dtype)
 
     def _is_current(self) -> bool:
-        return self.weight is self._attached_weight and getattr(self, "_mask_version", None) == (
+        return self._attached() is self.weight and getattr(self, "_mask_version", None) == (
             self.weight._version,
             self.weight.dtype,
         )
@@ -221,7 +223,7 @@ class _SparseMixin:
         state, not a function of the weight: a BAME weight changed outside its step is an error."""
         if self._is_current():
             return
-        if self.weight is not self._attached_weight:
+        if self._attached() is not self.weight:
             self._attach()
         if self.method == "bame":
             if self.bame_step == 0:
@@ -301,7 +303,7 @@ class _SparseMixin:
                 "requires_grad=False to freeze it, or raise backward_limit="
                 f"{self.schedule.backward_limit} for longer gradient accumulation"
             )
-        if not self._is_current() and self.weight is self._attached_weight:
+        if not self._is_current() and self._attached() is self.weight:
             # Only a compiled forward skips _ensure_current: it ran on stale masks.
             raise RuntimeError(
                 f"{self._describe()}: its weight changed outside an optimizer step since its "
@@ -319,6 +321,19 @@ class _SparseMixin:
             self._bame_optimizer_step_from(optimizer, roles)
             return
         self._advance(refresh=True)
+
+    def __getstate__(self) -> dict:
+        # The hook handle and the weak reference belong to this object's parameter; a copy
+        # (copy.deepcopy, pickling) attaches its own in __setstate__.
+        state = self.__dict__.copy()
+        state.pop("_accumulation_hook", None)
+        state.pop("_attached", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)  # type: ignore[misc]
+        self._attach()
+        self._account()  # the copied masks belong to the copied weight
 
     def _describe(self) -> str:
         return f"{type(self).__name__}(method={self.method!r}, pattern={self.pattern})"
@@ -538,7 +553,7 @@ class _SparseMixin:
     def _apply(self, fn, recurse=True):
         before = self.weight.dtype
         result = super()._apply(fn, recurse)  # type: ignore[misc]
-        if self.weight is not self._attached_weight:
+        if self._attached() is not self.weight:
             self._attach()
         if self.weight.dtype != before and self.method != "bame":
             self._refresh(search=False)  # rounded weights: their masks may differ

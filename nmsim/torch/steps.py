@@ -32,21 +32,38 @@ import torch
 
 __all__ = ["attach", "sparse_layers_of", "step_layers"]
 
-# The attribute on a sparse layer's parameters that points back to the layer (a weakref).
-_LAYER_ATTRIBUTE = "_nmsim_sparse_layer"
+# id(parameter) -> (weak reference to the parameter, weak reference to its layer, role). Not an
+# attribute on the parameter: it would travel with the parameter into pickles and copies.
+_OWNERS: dict[int, tuple[weakref.ref, weakref.ref, str]] = {}
 _HOOKS: list[Any] = []
 # Layers an optimizer holds, found by the pre-hook and used again by the post-hook.
 _PENDING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def attach(layer: torch.nn.Module, parameters: dict[str, torch.nn.Parameter]) -> None:
-    """Mark ``parameters`` (``{"weight": ..., "bias": ...}``) as belonging to ``layer``, and
+    """Record that ``parameters`` (``{"weight": ..., "bias": ...}``) belong to ``layer``, and
     install the optimizer hooks if this is the first sparse layer of the process."""
     _install()
-    reference = weakref.ref(layer)
+    layer_reference = weakref.ref(layer)
     for role, parameter in parameters.items():
-        if parameter is not None:
-            setattr(parameter, _LAYER_ATTRIBUTE, (reference, role))
+        if parameter is None:
+            continue
+        key = id(parameter)
+
+        def forget(reference: weakref.ref, key: int = key) -> None:
+            entry = _OWNERS.get(key)
+            if entry is not None and entry[0] is reference:
+                del _OWNERS[key]
+
+        _OWNERS[key] = (weakref.ref(parameter, forget), layer_reference, role)
+
+
+def _owner(parameter: torch.Tensor) -> tuple[torch.nn.Module, str] | None:
+    entry = _OWNERS.get(id(parameter))
+    if entry is None or entry[0]() is not parameter:
+        return None
+    layer = entry[1]()
+    return None if layer is None else (layer, entry[2])
 
 
 def _install() -> None:
@@ -70,13 +87,12 @@ def sparse_layers_of(
     found: dict[torch.nn.Module, dict[str, tuple[torch.nn.Parameter, dict]]] = {}
     for group in optimizer.param_groups:
         for parameter in group["params"]:
-            mark = getattr(parameter, _LAYER_ATTRIBUTE, None)
-            if mark is None:
+            owner = _owner(parameter)
+            if owner is None:
                 continue
-            reference, role = mark
-            layer = reference()
-            if layer is None or getattr(layer, role, None) is not parameter:
-                continue  # the layer is gone, or its parameter was replaced
+            layer, role = owner
+            if getattr(layer, role, None) is not parameter:
+                continue  # the layer's parameter was replaced
             found.setdefault(layer, {})[role] = (parameter, group)
     return {layer: roles for layer, roles in found.items() if "weight" in roles}
 
