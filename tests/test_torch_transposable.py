@@ -399,3 +399,24 @@ def test_at_most_fill_errors():
         tt.transposable_mask(torch.zeros(4, 4), 2, 4, method="greedy", fill="at_most")
     with pytest.raises(ValueError, match="NaN"):
         tt.transposable_mask(torch.full((4, 4), float("nan")), 2, 4, fill="at_most")
+
+
+def test_the_exact_flow_never_takes_min_with_indices(monkeypatch):
+    # Issue 37: `Tensor.min(dim)` opens a CPU parallel region even for (tiles, 8, 8): on a busy
+    # 2-core machine each of its ~36,000 calls took 25 ms and `nmsim verify`'s exact rows ran
+    # 400 s each (amin + argmin: 10 us). The same masks, with min(dim) refused.
+    scores = torch.from_numpy(np.random.default_rng(7).random((16, 16), dtype=np.float32))
+    expected = tt.transposable_mask(scores, 4, 8)
+    plain_min = torch.Tensor.min
+
+    def no_indices(self, *args, **kwargs):
+        if args or "dim" in kwargs:
+            raise AssertionError("Tensor.min(dim): use amin and argmin")
+        return plain_min(self)
+
+    monkeypatch.setattr(torch.Tensor, "min", no_indices)
+    got = tt.transposable_mask(scores, 4, 8)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    from nmref.transposable import transposable_mask
+
+    np.testing.assert_array_equal(got.numpy(), transposable_mask(scores.numpy(), 4, 8))

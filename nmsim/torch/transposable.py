@@ -22,6 +22,11 @@ Training: A Provable and Efficient Method to Find N:M Transposable Masks", NeurI
   alternating cycle through it exists among later entries). Units must fit
   ``52 - ceil(log2(2m + 2))`` bits (47 for m = 8) so that every path sum is exact; other
   tiles raise ``ValueError`` (nmref's host path handles them). O(n m^4 + m^5) per tile.
+* ``method="exact"`` on a CUDA tensor (``m <= 64``, both fills), where Numba can run CUDA
+  kernels (the ``cuda`` extra): nmref's CUDA kernel (``backend="cuda"``, one thread per
+  tile) reads the tensor through ``__cuda_array_interface__``, without a copy to the host
+  (bfloat16 is upcast to float32 on the device, exactly), and the mask stays on the
+  device. Elsewhere the solvers below run, with the same mask.
 * ``fill="at_most"`` (spec T1: at most ``n`` per tile row and column, what sparse tensor
   cores accept), ``method="exact"`` or ``"brute"``: the scores go to the host and
   ``nmref.transposable.transposable_mask(..., fill="at_most")`` (its Numba kernel, or brute
@@ -133,9 +138,9 @@ def _exact_units(tiles: torch.Tensor, max_bits: int) -> tuple[torch.Tensor, torc
     trailing = torch.frexp(lowest.to(torch.float64)).exponent - 1  # exact: a power of two
     nonzero = values != 0
     lsb = torch.where(nonzero, exponent - 53 + trailing, torch.iinfo(torch.int32).max)
-    floor = lsb.min(dim=1, keepdim=True).values
-    top = torch.where(nonzero, exponent, torch.iinfo(torch.int32).min).max(dim=1, keepdim=True)
-    span = top.values - floor
+    floor = lsb.amin(dim=1, keepdim=True)
+    top = torch.where(nonzero, exponent, torch.iinfo(torch.int32).min).amax(dim=1, keepdim=True)
+    span = top - floor
     fits = ~nonzero.any(dim=1) | (span[:, 0] <= max_bits)
     safe_floor = torch.where(fits[:, None] & nonzero.any(dim=1, keepdim=True), floor, 0)
     # Two halves: 2**1074 (a subnormal tile's scale) overflows float64, its square root does not.
@@ -231,6 +236,17 @@ def _greedy(tiles: torch.Tensor, n: int, m: int, prune_form: bool) -> torch.Tens
     return ~selected if prune_form else selected
 
 
+def _min_and_first_index(values: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``values.min(dim)``: the minimum and the index of its first occurrence.
+
+    ``amin`` and ``argmin`` (first occurrence too) rather than ``min(dim)``: on the CPU,
+    ``min(dim)`` opens a parallel region even for a (tiles, 8, 8) tensor, and on a busy
+    2-core machine each call took 25 ms against 10 us (``nmsim verify``'s exact rows ran
+    400 s; profiled in issue 37).
+    """
+    return values.amin(dim=dim), values.argmin(dim=dim)
+
+
 def _bellman_ford(units, kept, allowed, dist_r0, rounds):
     """Lockstep shortest paths on the residual graph of every tile.
 
@@ -248,12 +264,12 @@ def _bellman_ford(units, kept, allowed, dist_r0, rounds):
     pred_c = torch.full((T, m), -1, dtype=torch.int64, device=units.device)
     for _ in range(rounds):
         via = dist_r[:, :, None] + cost_rc  # (T, i, j)
-        best, arg = via.min(dim=1)  # over i
+        best, arg = _min_and_first_index(via, 1)  # over i
         better = best < dist_c
         dist_c = torch.where(better, best, dist_c)
         pred_c = torch.where(better, arg, pred_c)
         via = dist_c[:, None, :] + cost_cr  # (T, i, j)
-        best, arg = via.min(dim=2)  # over j
+        best, arg = _min_and_first_index(via, 2)  # over j
         better = best < dist_r
         dist_r = torch.where(better, best, dist_r)
         pred_r = torch.where(better, arg, pred_r)
@@ -323,7 +339,7 @@ def _flow(units: torch.Tensor, n: int, m: int) -> torch.Tensor:
         # Reuse BF by starting from rows reachable from column j via kept arcs.
         cost_cr = torch.where(kept & allowed, units, INF)
         dist_r0 = dist_c0[:, None, :] + cost_cr
-        start_dist, start_arg = dist_r0.min(dim=2)
+        start_dist, start_arg = _min_and_first_index(dist_r0, 2)
         dist_r, dist_c, pred_r, pred_c = _bellman_ford(units, kept, allowed, start_dist, m + 1)
         # pred_r for rows reached directly from column j: mark with the column index j.
         direct = (pred_r < 0) & torch.isfinite(start_dist)
@@ -379,6 +395,8 @@ def transposable_mask(
     if fill not in FILLS:
         raise ValueError(f"fill={fill!r} must be one of {FILLS}")
     tensor = _check_scores(scores, pattern.m)
+    if method == "exact" and _runs_cuda_kernel(tensor, pattern.m):
+        return _cuda_kernel_mask(tensor, pattern.n, pattern.m, fill)
     if fill == "at_most":
         return _at_most_on_host(tensor, pattern.n, pattern.m, method)
     tiles = _to_tiles(tensor, pattern.m)
@@ -393,6 +411,30 @@ def transposable_mask(
     else:
         kept = _greedy(tiles, pattern.n, pattern.m, prune_form=method == "greedy-prune")
     return _from_tiles(kept, tuple(tensor.shape), pattern.m)
+
+
+def _runs_cuda_kernel(tensor: torch.Tensor, m: int) -> bool:
+    """Whether nmref's CUDA kernel answers: a CUDA tensor, ``m <= 64``, and Numba able to
+    run CUDA kernels (elsewhere the torch solvers answer, with the same mask)."""
+    if not tensor.is_cuda or m > 64:
+        return False
+    from nmref.transposable._cuda_driver import unavailable_reason
+
+    return unavailable_reason() is None
+
+
+def _cuda_kernel_mask(tensor: torch.Tensor, n: int, m: int, fill: str) -> torch.Tensor:
+    """``method="exact"`` by nmref's CUDA kernel, on the tensor's own device memory."""
+    from nmref.transposable import transposable_mask as nmref_mask
+
+    scores = tensor.detach()
+    if scores.dtype == torch.bfloat16:
+        scores = scores.float()  # exact; Numba has no bfloat16 arrays
+    with torch.cuda.device(scores.device):
+        # The kernel runs on Numba's stream: let the work that wrote the scores finish.
+        torch.cuda.current_stream().synchronize()
+        mask = nmref_mask(scores, n, m, fill=fill, backend="cuda")  # type: ignore[arg-type]
+        return torch.as_tensor(mask, device=scores.device)
 
 
 def _at_most_on_host(tensor: torch.Tensor, n: int, m: int, method: str) -> torch.Tensor:
