@@ -11,6 +11,12 @@ matrices whose both dimensions are multiples of ``m`` and checks
   for the exact methods and the at-most-n optimum for the greedy ones), reported as ``max gap``.
 
 Without ``nmref.transposable`` only validity is checked (the report's name says so).
+
+A counterexample reads like the 1-D kit's (:mod:`nmref.testing.masks`): the tile and the row or
+column that breaks the rule (or the first entry that differs from nmref), the tile's scores,
+nmref's mask and the implementation's side by side, why, and the tile (and a small input
+whole) as ``np.array(...)`` to paste into a test; tiles are independent, so the tile alone
+reproduces the failure.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from numpy.typing import NDArray
 
 from nmref._validation import check_choice
 from nmref.testing.cases import DTYPE_NAMES, Case, generate_cases
-from nmref.testing.report import Failure, Report
+from nmref.testing.report import Failure, Report, format_values, input_repr
 
 __all__ = ["check_transposable_mask", "transposable_cases"]
 
@@ -47,9 +53,63 @@ def transposable_cases(dtype: str = "float32", *, quick: bool = False) -> list[C
 
 
 def _tile_counts(mask: NDArray, m: int) -> NDArray:
+    """Kept entries per tile line: ``[a, b, k]`` is row ``k`` of tile ``(a, b)`` for ``k < m``,
+    column ``k - m`` for ``k >= m``."""
     rows, columns = mask.shape
+    # tiles[a, b, i, j] is entry (i, j) of tile (a, b): a row sums over j, a column over i
     tiles = mask.reshape(rows // m, m, columns // m, m).swapaxes(1, 2).astype(np.int64)
-    return np.concatenate([tiles.sum(axis=2), tiles.sum(axis=3)], axis=-1)
+    return np.concatenate([tiles.sum(axis=3), tiles.sum(axis=2)], axis=-1)
+
+
+def _tile_lines(scores: NDArray, masks: dict[str, NDArray]) -> list[str]:
+    """The tile's scores and masks side by side, one tile row per line."""
+    columns = {"scores": scores, **masks}
+    cells = {title: [format_values(row) for row in matrix] for title, matrix in columns.items()}
+    widths = {title: max(len(title) + 1, *map(len, rows)) for title, rows in cells.items()}
+    lines = ["    " + "    ".join(f"{title}:".ljust(widths[title]) for title in cells).rstrip()]
+    for index in range(scores.shape[0]):
+        row = (cells[title][index].ljust(widths[title]) for title in cells)
+        lines.append("    " + "    ".join(row).rstrip())
+    return lines
+
+
+def _tile_failure(
+    check: str,
+    case: Case,
+    got: NDArray,
+    expected: NDArray | None,
+    tile: tuple[int, int],
+    headline: str,
+    why: str,
+) -> Failure:
+    """A counterexample as the 1-D kit gives one: the tile's scores, expected and got masks,
+    why, and the input to paste into a test (the tile alone reproduces it: tiles are
+    independent)."""
+    m = case.m
+    rows = slice(tile[0] * m, tile[0] * m + m)
+    columns = slice(tile[1] * m, tile[1] * m + m)
+    masks = {} if expected is None else {"expected": expected[rows, columns]}
+    masks["got"] = got[rows, columns]
+    lines = [
+        f"  {headline}",
+        *_tile_lines(case.scores[rows, columns], masks),
+        f"  why: {why}",
+        f"  {input_repr(case.scores[rows, columns], 'tile')}",
+    ]
+    if case.scores.shape != (m, m):
+        lines.append(f"  {input_repr(case.scores)}")
+    return Failure(check, case, "\n".join(lines))
+
+
+def _why_different(exact: bool, gap: float) -> str:
+    if not exact:
+        return "greedy scan order: descending score, lower flat index first (spec T4)"
+    if gap > 0:
+        return f"it keeps {gap:g} less than the optimum: valid but not optimal (spec T1)"
+    return (
+        "the kept sums are equal but the masks differ: among optimal masks the canonical one "
+        "keeps the greatest row-major keep bits (spec T3)"
+    )
 
 
 def check_transposable_mask(
@@ -88,22 +148,28 @@ def check_transposable_mask(
             continue
         counts = _tile_counts(got, m)
         bad = counts != n if exact else counts > n
+        expected = None
+        if reference is not None:
+            expected = reference.transposable_mask(scores, n, m, method=method)
         if bad.any():
             a, b, k = (int(i) for i in np.argwhere(bad)[0])
-            what = f"row {k}" if k < m else f"column {k - m}"
-            with np.printoptions(threshold=64, linewidth=100):
-                tile = got[a * m : (a + 1) * m, b * m : (b + 1) * m].astype(int)
-                report.add(
-                    Failure(
-                        check,
-                        case,
-                        (
-                            f"  tile ({a}, {b}) {what} keeps {counts[a, b, k]}; it must keep "
-                            f"{'exactly' if exact else 'at most'} {n} (spec T1)\n"
-                            f"  tile mask = np.{tile!r}"
-                        ),
-                    )
+            line = f"row {k}" if k < m else f"column {k - m}"
+            kept = int(counts[a, b, k])
+            rule = "exactly" if exact else "at most"
+            report.add(
+                _tile_failure(
+                    check,
+                    case,
+                    got,
+                    expected,
+                    (a, b),
+                    f"tile ({a}, {b}) (rows {a * m}..{a * m + m - 1}, columns "
+                    f"{b * m}..{b * m + m - 1}): {line} keeps {kept}",
+                    f"every row and every column of an m x m tile must keep {rule} {n} "
+                    f"(spec T1); {int(bad[a, b].sum())} of the {2 * m} lines of this tile and "
+                    f"{int(bad.any(axis=2).sum())} of {bad.shape[0] * bad.shape[1]} tiles break it",
                 )
+            )
             continue
         gap = 0.0
         failure = None
@@ -112,23 +178,19 @@ def check_transposable_mask(
             # against the at-most-n optimum: a gap is never negative (spec T6).
             fill = "exact" if exact else "at_most"
             gap = float(reference.optimality_gap(scores, got, n, m, fill=fill).total)
-            expected = reference.transposable_mask(scores, n, m, method=method)
             if not np.array_equal(got, expected):
                 index = tuple(int(i) for i in np.argwhere(got != expected)[0])
-                failure = Failure(
+                tile = (index[0] // m, index[1] // m)
+                differ = (got != expected).reshape(got.shape[0] // m, m, -1, m).any(axis=(1, 3))
+                failure = _tile_failure(
                     check,
                     case,
-                    (
-                        f"  differs from nmref at {index} (tile {index[0] // m}, {index[1] // m}); "
-                        f"objective gap {gap:g}\n  why: "
-                        + (
-                            "among optimal masks the canonical one keeps the greatest "
-                            "row-major keep bits (spec T3)"
-                            if exact
-                            else "greedy scan order: descending score, "
-                            "lower flat index first (spec T4)"
-                        )
-                    ),
+                    got,
+                    expected,
+                    tile,
+                    f"tile {tile} differs from nmref's first at entry {index} "
+                    f"({int(differ.sum())} of {differ.size} tiles differ); objective gap {gap:g}",
+                    _why_different(exact, gap),
                 )
         report.add(failure, gap)
     if raise_on_failure:

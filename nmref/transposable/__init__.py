@@ -41,6 +41,7 @@ from nmref.layouts import Layout, from_reduction_matrix, to_reduction_matrix
 from nmref.masks import to_bool_mask, to_magnitudes
 from nmref.patterns import check_pattern
 from nmref.transposable import flow
+from nmref.transposable._cuda_driver import Backend, check_backend, cuda_mask
 from nmref.transposable._driver import (
     ENUMERATION_MAX_PATTERNS,
     exact_mask,
@@ -72,7 +73,7 @@ from nmref.transposable.patterns import (
     is_transposable,
     transposable_patterns,
 )
-from nmref.transposable.tiles import dyadic, exact_integer_tile, iter_tiles, kept_total
+from nmref.transposable.tiles import dyadic, exact_integer_tile, iter_tiles, kept_total, rounded
 
 __all__ = [
     "BRUTE_AT_MOST_MAX_M",
@@ -161,6 +162,7 @@ def transposable_mask(
     method: Method = "exact",
     parallel: bool = False,
     fill: Fill = "exact",
+    backend: Backend = "cpu",
 ) -> NDArray[np.bool_]:
     r"""Transposable N:M mask of a 2-D score matrix.
 
@@ -206,13 +208,20 @@ def transposable_mask(
         canonical among ties by the same rule (lexicographically greatest
         row-major keep-vector, so a tight zero score is kept whenever its row
         and column have room). Only for ``"exact"`` and ``"brute"``
-        (``m <= 4``); it runs the readable Python solver tile by tile (slow: a
-        kernel is a follow-up), and ``parallel`` does not apply.
+        (``m <= 4``); Numba kernels (spec T2), tiles they hand back by the
+        readable Python-int solver.
+    backend : {"cpu", "cuda"}, default "cpu"
+        ``"cuda"``: ``method="exact"`` by a CUDA kernel (Numba CUDA, one thread per
+        tile, ``m <= 64``), the same mask bit for bit. ``scores`` may then also be any
+        object with ``__cuda_array_interface__`` (a torch CUDA tensor, a CuPy or Numba
+        device array), read on the device without a copy; tiles the kernel cannot hold
+        in int64 units (most float64 tiles) are solved on the host. Spec T10.
 
     Returns
     -------
     mask : ndarray of bool, shape (R, C)
-        ``True`` = kept.
+        ``True`` = kept. With ``backend="cuda"`` and device scores: a Numba device
+        array (``__cuda_array_interface__``) on the scores' GPU.
 
     Raises
     ------
@@ -223,7 +232,10 @@ def transposable_mask(
         is not a multiple of ``m``, or it holds NaN or an infinity; if
         ``method`` is unknown, or ``"brute"`` with ``m > 6``; if ``fill`` is
         unknown, ``"at_most"`` with a greedy method, or ``"at_most"`` with
-        ``"brute"`` and ``m > 4``.
+        ``"brute"`` and ``m > 4``; if ``backend`` is unknown, or ``"cuda"`` with
+        another method than ``"exact"`` or with ``m > 64``.
+    RuntimeError
+        With ``backend="cuda"`` where Numba cannot run CUDA kernels (one line).
 
     See Also
     --------
@@ -246,6 +258,10 @@ def transposable_mask(
     about 1000x slower; a ``RuntimeWarning`` says so when 64 or more tiles go).
     ``fill="at_most"`` has the same certified path (on units that keep one
     sticky bit, with the certificate's sign and zero conditions; spec T2).
+    A tile handed back costs O(n m^3 + m^4) on Python ints for either fill
+    (successive shortest paths, then the tie pass without re-solves; spec T3).
+    Any finite magnitudes are handled, 1e308 and subnormals included: no sum
+    is rounded to float64 on the way to the mask (spec T5).
 
     References
     ----------
@@ -266,12 +282,19 @@ def transposable_mask(
            [0, 0, 1, 1]])
     """
     check_method(method)
+    check_backend(backend)
+    if backend == "cuda":
+        pattern = check_pattern(n, m)
+        _check_method_fill(method, fill, pattern.m)
+        if method != "exact":
+            raise ValueError(f"backend='cuda' runs method='exact' only, not method={method!r}")
+        return cuda_mask(scores, pattern, fill=fill, parallel=parallel)
     greedy = method in ("greedy", "greedy-prune")
     # The exact kernels detect NaN/inf themselves (and then raise the same error).
     array, pattern = prepare(scores, n, m, check_finite=greedy)
     _check_method_fill(method, fill, pattern.m)
     if fill == "at_most":
-        return solve_at_most(array, pattern, method=method, parallel=parallel).mask
+        return solve_at_most(array, pattern, method=method, parallel=parallel, sums=False).mask
     if greedy:
         return greedy_mask(array, pattern, prune_form=method == "greedy-prune")
     return exact_mask(array, pattern, method=method, parallel=parallel)
@@ -307,7 +330,8 @@ def transposable_optimum(
     Raises
     ------
     ValueError, TypeError
-        As :func:`transposable_mask`.
+        As :func:`transposable_mask`; ``ValueError`` also when a tile's optimum is
+        beyond float64's range (a sum of scores near 1.8e308: spec T6).
 
     Examples
     --------
@@ -316,9 +340,21 @@ def transposable_optimum(
     """
     check_fill(fill)
     array, pattern = prepare(scores, n, m)
-    if fill == "at_most":
-        return solve_at_most(array, pattern).kept_sum
-    return solve_exact(array, pattern).kept_sum
+    result = solve_at_most(array, pattern) if fill == "at_most" else solve_exact(array, pattern)
+    return _reported(result.kept_sum, "optimal kept sum", "transposable_optimum")
+
+
+def _reported(values: NDArray[np.float64], quantity: str, function: str) -> NDArray[np.float64]:
+    """``values`` (exact, rounded once) unless one rounded to +-inf: then spec T6's error."""
+    beyond = np.argwhere(~np.isfinite(values))
+    if len(beyond):
+        where = f"tile {tuple(int(x) for x in beyond[0])}" if values.ndim else "the total"
+        raise ValueError(
+            f"scores: the {quantity} of {where} is beyond float64's range (magnitude above "
+            f"{np.finfo(np.float64).max:.4g}), and {function} reports it as float64, exact "
+            "then rounded once (spec T6); the mask itself is unaffected (transposable_mask)"
+        )
+    return values
 
 
 def optimality_gap(
@@ -359,7 +395,8 @@ def optimality_gap(
         If the shapes differ; if the mask keeps more than ``n`` in some tile
         row or column; with ``fill="exact"``, if it keeps fewer than ``n``
         somewhere (it is only valid at most ``n``); with ``fill=None``, if the
-        gap against the exactly-``n`` optimum would be negative.
+        gap against the exactly-``n`` optimum would be negative; if a gap or the
+        total is beyond float64's range (scores near 1.8e308: spec T6).
 
     Examples
     --------
@@ -405,8 +442,9 @@ def optimality_gap(
                 "(spec T6)"
             )
     shape = (array.shape[0] // pattern.m, array.shape[1] // pattern.m)
-    per_tile = np.array([float(g) for g in gaps], dtype=np.float64).reshape(shape)
-    total = sum(gaps, Fraction(0))
+    per_tile = np.array([rounded(g) for g in gaps], dtype=np.float64).reshape(shape)
+    _reported(per_tile, "gap", "optimality_gap")
+    total = _reported(np.array(rounded(sum(gaps, Fraction(0)))), "gap", "optimality_gap")
     return OptimalityGap(per_tile, float(total))
 
 

@@ -34,7 +34,7 @@ from nmref.transposable.patterns import (
     brute_tile_at_most,
     pattern_table,
 )
-from nmref.transposable.tiles import dyadic, exact_integer_tile, kept_total
+from nmref.transposable.tiles import dyadic, exact_integer_tile, kept_total, rounded
 
 # Warn when this many tiles need the (slow) Python-int path.
 _SLOW_TILES_WARNING = 64
@@ -69,7 +69,9 @@ def kernel_bits(array: NDArray) -> tuple[NDArray, int] | None:
 
 class ExactResult(NamedTuple):
     mask: NDArray[np.bool_]
-    kept_sum: NDArray[np.float64]  # per tile, (R/m, C/m)
+    # per tile, (R/m, C/m): the exact kept sum rounded once, +-inf beyond float64's range
+    # (callers that report it refuse that: spec T6); NaN where not asked for (sums=False)
+    kept_sum: NDArray[np.float64]
     kept_units: NDArray[np.int64]  # per tile (row-major), valid where status is SOLVED
     exponents: NDArray[np.int64]
     kept_exact: dict[int, tuple[int, int]]  # tiles solved in Python: (units, exponent)
@@ -208,6 +210,7 @@ def solve_at_most(
     parallel: bool = False,
     potentials: bool = False,
     from_exact: bool = True,
+    sums: bool = True,
 ) -> ExactResult:
     """Kernel driver for the at-most-``n`` fill (spec T1-T3, ``fill="at_most"``).
 
@@ -224,6 +227,8 @@ def solve_at_most(
     without potentials go to the at-most meet-in-the-middle enumeration
     (:func:`~nmref.transposable._enumeration_kernels.enumerate_2to4_at_most_float32_tiles`)
     instead, and only the tiles it hands back (``NEEDS_UNITS``) to the at-most kernel.
+    ``sums=False`` (the mask alone): no kept sums in float64, and no recomputation of the
+    truncated tiles' sums with Python ints.
     """
     n, m = pattern
     rows, columns = array.shape
@@ -275,7 +280,7 @@ def solve_at_most(
 
     return _finish(
         array, pattern, mask, status, kept_units, exponents, row_units, column_units,
-        python_solver, potentials=potentials, sums=True, retry_unrepresentable=True,
+        python_solver, potentials=potentials, sums=sums, retry_unrepresentable=True,
     )  # fmt: skip
 
 
@@ -332,7 +337,7 @@ def _finish(
     if sums:
         with np.errstate(over="ignore"):
             # A kept sum beyond float64's range rounds to inf, as IEEE rounding of the exact
-            # sum does.
+            # sum does (units below 2**63 at an exponent of at least -1074: one rounding).
             kept_sum = np.ldexp(kept_units.astype(np.float64), exponents.astype(np.int32))
     else:
         # Not computed (the 2:4 kernel may not even write the units): callers that need
@@ -353,7 +358,7 @@ def _finish(
             units, exponent = exact_integer_tile(array[r0 : r0 + m, c0 : c0 + m])
             total = kept_total(units, mask[r0 : r0 + m, c0 : c0 + m])
             kept_exact[int(t)] = (total, exponent)
-            kept_sum[t] = float(dyadic(total, exponent))
+            kept_sum[t] = rounded(dyadic(total, exponent))
     if potentials:
         if retry_unrepresentable:
             # Kernel duals that float64 cannot hold: the readable solver's may fit.
@@ -396,7 +401,8 @@ def _finish(
         mask[r0 : r0 + m, c0 : c0 + m] = kept
         total = kept_total(units, kept)
         kept_exact[int(t)] = (total, exponent)
-        kept_sum[t] = float(dyadic(total, exponent))
+        if sums:
+            kept_sum[t] = rounded(dyadic(total, exponent))
     return ExactResult(
         mask,
         kept_sum.reshape(tile_rows, tile_columns),
@@ -541,8 +547,9 @@ def enumeration_is_fast(pattern: Pattern) -> bool:
 
 def _representable(units: NDArray[np.int64], exponents: NDArray[np.int64]) -> NDArray[np.bool_]:
     """Per tile: whether every ``units * 2**exponent`` of its row is exact in float64."""
-    values = np.ldexp(units.astype(np.float64), exponents.astype(np.int32)[:, None])
-    back = np.ldexp(values, -exponents.astype(np.int32)[:, None])
+    with np.errstate(over="ignore", under="ignore"):  # inf (or a lost bit) is not exact
+        values = np.ldexp(units.astype(np.float64), exponents.astype(np.int32)[:, None])
+        back = np.ldexp(values, -exponents.astype(np.int32)[:, None])
     # A unit count >= 2**53 is still exact when its low bits are zero (4.0 next to 1.1 in
     # float64 is 2**54 units): test the int64 -> float64 conversion itself, then the scaling.
     as_float = units.astype(np.float64)
@@ -555,7 +562,8 @@ def _exact_float_array(
     units: NDArray[np.int64], exponents: NDArray[np.int64], solved: NDArray[np.bool_]
 ) -> NDArray[np.float64]:
     """``units * 2**exponents`` (per tile row) as float64, refusing to round."""
-    values = np.ldexp(units.astype(np.float64), exponents.astype(np.int32)[:, None])
+    with np.errstate(over="ignore", under="ignore"):  # refused below where it rounds
+        values = np.ldexp(units.astype(np.float64), exponents.astype(np.int32)[:, None])
     if not _representable(units, exponents)[solved].all():
         raise ValueError(
             "scores: a certificate potential is not representable in float64; the tile's "
@@ -565,12 +573,12 @@ def _exact_float_array(
 
 
 def _exact_floats(units, exponent: int) -> NDArray[np.float64]:
-    """``units * 2**exponent`` as float64, refusing to round."""
+    """``units * 2**exponent`` as float64, refusing to round (or to overflow)."""
     values = []
     for unit in units:
         exact = dyadic(unit, exponent)
-        value = float(exact)
-        if Fraction(value) != exact:
+        value = rounded(exact)
+        if not np.isfinite(value) or Fraction(value) != exact:
             raise ValueError(
                 "scores: a certificate potential is not representable in float64; the tile's "
                 "dynamic range is too wide for a float64 certificate"

@@ -102,8 +102,10 @@ def verify_certificate(
     because ``u, v >= 0`` and ``Y`` keeps at most ``n`` per line; ``mask``
     attains the bound because its lines with a positive dual are full.
 
-    Comparisons are exact: a float64 test decides all clear cases and the few
-    entries within rounding distance are recomputed with rationals.
+    Comparisons are exact at every magnitude (spec T2, "Dual certificate"): a float64
+    filter with a proven error bound decides the clear cases and the entries within it
+    are recomputed with rationals, so a certificate that holds only through rounding
+    (potentials near 1e308 whose sum cancels in float64) is rejected.
 
     Parameters
     ----------
@@ -118,8 +120,9 @@ def verify_certificate(
     array, pattern = prepare(scores, n, m)
     kept = np.asarray(mask)
     rows, columns = array.shape
-    u = as_scores(row_potentials, "row_potentials").astype(np.float64)
-    v = as_scores(column_potentials, "column_potentials").astype(np.float64)
+    # Their own dtype: a float64 copy would round integer potentials above 2**53.
+    u = as_scores(row_potentials, "row_potentials")
+    v = as_scores(column_potentials, "column_potentials")
     if kept.shape != array.shape:
         raise ValueError(f"mask.shape={kept.shape} must equal scores.shape={array.shape}")
     if u.shape != (rows, columns // pattern.m):
@@ -148,22 +151,40 @@ def verify_certificate(
             return False
     row_full = np.repeat(u, pattern.m, axis=1)
     column_full = np.repeat(v, pattern.m, axis=0)
-    exact_scores = array.astype(np.float64) if array.dtype.kind == "f" else array
-    with np.errstate(over="ignore", invalid="ignore"):
-        approx = exact_scores.astype(np.float64) - row_full - column_full
-        scale = np.abs(exact_scores.astype(np.float64)) + np.abs(row_full) + np.abs(column_full)
-    # |rounding error| < 2 ulp(scale) for two float64 operations; outside that band
-    # the sign of approx is the exact sign.
-    unsure = np.abs(approx) <= 4 * np.spacing(scale)
-    if ((kept & ~unsure & (approx < 0)) | (~kept & ~unsure & (approx > 0))).any():
-        return False
+    negative, positive = _slack_signs(array, row_full, column_full)
+    return not ((kept & negative) | (~kept & positive)).any()
+
+
+def _slack_signs(
+    scores: NDArray, row_full: NDArray, column_full: NDArray
+) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
+    """``(s - u - v < 0, s - u - v > 0)`` per entry, decided on the exact values.
+
+    A float64 filter decides the clear cases on quarters of the values (``x / 4`` cannot
+    overflow, and the sum of three quarters stays below ``3 * 2**1022``): each conversion
+    to float64 (integers above 2**53), each quarter that lands among the subnormals and
+    each of the two subtractions errs by at most ``2**-52`` of ``scale`` (the sum of the
+    quarters' magnitudes) plus ``2**-1074``, so outside ``8 * spacing(scale)`` the sign of
+    the float64 result is the exact sign. The entries inside the band (tight entries, and
+    any that only rounding makes tight) are recomputed with exact rationals, whatever the
+    magnitudes: a certificate that holds only through rounding is rejected.
+    """
+    with np.errstate(under="ignore"):
+        quarters = [np.asarray(x, dtype=np.float64) * 0.25 for x in (scores, row_full, column_full)]
+        approx = (quarters[0] - quarters[1]) - quarters[2]
+        scale = (np.abs(quarters[0]) + np.abs(quarters[1])) + np.abs(quarters[2])
+    unsure = np.abs(approx) <= 8 * np.spacing(scale)
+    negative = ~unsure & (approx < 0)
+    positive = ~unsure & (approx > 0)
     for r, c in np.argwhere(unsure):
-        s = (
-            Fraction(int(exact_scores[r, c]))
-            if array.dtype.kind in "biu"
-            else Fraction(float(exact_scores[r, c]))
-        )
-        slack = s - Fraction(float(row_full[r, c])) - Fraction(float(column_full[r, c]))
-        if (kept[r, c] and slack < 0) or (not kept[r, c] and slack > 0):
-            return False
-    return True
+        slack = _exact(scores[r, c]) - _exact(row_full[r, c]) - _exact(column_full[r, c])
+        negative[r, c] = slack < 0
+        positive[r, c] = slack > 0
+    return negative, positive
+
+
+def _exact(value) -> Fraction:
+    """A finite bool, integer or float (a NumPy scalar) as the rational it stands for."""
+    if isinstance(value, (np.integer, np.bool_, int)):
+        return Fraction(int(value))
+    return Fraction(float(value))  # float16/32/64 are exact in float64

@@ -60,10 +60,13 @@ checks them.
 Ties (at most N): the same rule family, the lexicographically greatest
 row-major keep-vector among optimal masks. Entries with ``w > u + v`` are kept
 and ``w < u + v`` dropped in every optimum; a tight entry is kept iff an optimum
-keeps it together with every choice already made, which
-:func:`canonical_at_most` decides by re-solving with those choices forced (an
-oracle pass: O(m^2) re-solves of O(n m^3), O(n m^5) per tile in the worst
-case, all entries tied). In particular a zero-score entry is tight exactly when
+keeps it together with every choice already made. :func:`canonical_at_most`
+decides that by re-solving with those choices forced (the oracle pass, the
+definition: O(m^2) re-solves of O(n m^3), O(n m^5) per tile in the worst case,
+all entries tied); :func:`solve_tile_at_most` uses
+:func:`~nmref.transposable.ties.canonical_at_most_optimum` instead, one
+alternating-path search per tied entry (O(m^4) per tile), tested equal to the
+oracle pass bit for bit. In particular a zero-score entry is tight exactly when
 ``u[i] = v[j] = 0`` (for instance when its row and its column both have room),
 and a tight zero is **kept** whenever the choices already made leave its row and
 column room, greedily in row-major order: keeping it costs
@@ -74,10 +77,13 @@ The Numba twin is :mod:`nmref.transposable._at_most_kernels` (same masks, tested
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 
 from nmref.patterns import check_pattern
-from nmref.transposable.ties import canonical_optimum
+from nmref.transposable.ties import canonical_at_most_optimum, canonical_optimum
 from nmref.transposable.tiles import Tile
 
 __all__ = [
@@ -273,19 +279,48 @@ def certifies_optimal(
     entry has ``w[i][j] >= u[i] + v[j]`` and every dropped one ``<=``. Then
     any valid mask ``Y`` has ``sum_Y w <= n*sum(u) + n*sum(v) + sum(max(w-u-v, 0))
     = sum_kept w`` (LP weak duality), so ``kept`` is optimal. O(m^2).
-    Exact for ints and Fractions.
+    Exact for ints, Fractions and floats alike (:func:`_slackness_holds`); a NaN or an
+    infinity certifies nothing (False).
     """
     m = len(weights)
     if any(sum(bool(x) for x in row) != n for row in kept):
         return False
     if any(sum(bool(kept[i][j]) for i in range(m)) != n for j in range(m)):
         return False
+    return _slackness_holds(weights, kept, row_potentials, column_potentials)
+
+
+def _slackness_holds(weights: Tile, kept, row_potentials, column_potentials) -> bool:
+    """Kept entries ``w >= u + v``, dropped ones ``w <= u + v``, on the exact values.
+
+    Floats are compared as the rationals they stand for (``w - u - v`` in float64 can
+    round a violated condition to a held one, e.g. with potentials near 1e308 that
+    cancel); a NaN or an infinity makes it False.
+    """
+    m = len(weights)
+    u = [_exact(x) for x in row_potentials]
+    v = [_exact(x) for x in column_potentials]
+    if any(x is None for x in u + v):
+        return False
     for i in range(m):
         for j in range(m):
-            slack = weights[i][j] - row_potentials[i] - column_potentials[j]
+            w = _exact(weights[i][j])
+            if w is None:
+                return False
+            slack = w - u[i] - v[j]  # type: ignore[operator]
             if (kept[i][j] and slack < 0) or (not kept[i][j] and slack > 0):
                 return False
     return True
+
+
+def _exact(value) -> int | Fraction | None:
+    """An int, a Fraction or a float as an exact number (None if NaN or infinite)."""
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, Fraction):
+        return value
+    value = float(value)  # float16/32/64 are exact in float64
+    return Fraction(value) if math.isfinite(value) else None
 
 
 def solve_tile(weights: Tile, n: int) -> tuple[list[list[bool]], list[int], list[int]]:
@@ -418,7 +453,8 @@ def certifies_optimal_at_most(
     at-most-``n`` mask ``Y``: ``sum_Y w = sum_Y (u_i + v_j) + sum_Y (w - u - v)
     <= n sum(u) + n sum(v) + sum(max(w - u - v, 0))`` (``u, v >= 0`` and at most
     ``n`` per line), and ``kept`` attains the bound (its lines with a positive
-    dual are full), so no at-most-``n`` mask keeps more (LP weak duality).
+    dual are full), so no at-most-``n`` mask keeps more (LP weak duality). Exact for
+    ints, Fractions and floats, as :func:`certifies_optimal`.
     """
     m = len(weights)
     u, v = row_potentials, column_potentials
@@ -426,18 +462,13 @@ def certifies_optimal_at_most(
     columns = [sum(bool(kept[i][j]) for i in range(m)) for j in range(m)]
     if any(c > n for c in rows + columns):
         return False
+    if not _slackness_holds(weights, kept, u, v):
+        return False  # (also: a NaN or an infinity among the values)
     if any(x < 0 for x in list(u) + list(v)):
         return False
     if any(rows[i] < n and u[i] != 0 for i in range(m)):
         return False
-    if any(columns[j] < n and v[j] != 0 for j in range(m)):
-        return False
-    for i in range(m):
-        for j in range(m):
-            slack = weights[i][j] - u[i] - v[j]
-            if (kept[i][j] and slack < 0) or (not kept[i][j] and slack > 0):
-                return False
-    return True
+    return not any(columns[j] < n and v[j] != 0 for j in range(m))
 
 
 def at_most_optimum(weights: Tile, n: int) -> int:
@@ -489,6 +520,13 @@ def _forced_optimum(weights: Tile, n: int, decided) -> int | None:
 def solve_tile_at_most(weights: Tile, n: int) -> tuple[list[list[bool]], list[int], list[int]]:
     """Canonical optimal at-most-``n`` mask of one tile plus a dual certificate.
 
+    :func:`successive_shortest_paths_at_most` (at most ``n m + 1`` Dijkstras, O(n m^3)),
+    :func:`at_most_duals` (Bellman-Ford, O(m^3)), then the tie pass
+    :func:`~nmref.transposable.ties.canonical_at_most_optimum` (at most ``m^2``
+    searches of O(m^2), O(m^4)): **O(n m^3 + m^4) per tile** on exact ints, whatever
+    the ties (the oracle pass :func:`canonical_at_most` re-solves per tied entry,
+    O(n m^5); same mask, tested).
+
     Examples
     --------
     >>> kept, u, v = solve_tile_at_most([[1, 1, 1, 0]] * 3 + [[0, 0, 0, 0]], 2)
@@ -501,7 +539,5 @@ def solve_tile_at_most(weights: Tile, n: int) -> tuple[list[list[bool]], list[in
     elif n != 0:
         raise ValueError(f"n={n!r} must be 0 for an empty tile")
     kept = successive_shortest_paths_at_most(weights, [n] * m, [n] * m)
-    optimum = sum(weights[i][j] for i in range(m) for j in range(m) if kept[i][j])
     u, v = at_most_duals(weights, kept, n)
-    canonical = canonical_at_most(weights, n, u, v, optimum)
-    return canonical, u, v
+    return canonical_at_most_optimum(weights, kept, u, v, n), u, v

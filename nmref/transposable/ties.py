@@ -6,6 +6,8 @@ wins"). This module computes it from any optimal mask and a dual certificate
 (:func:`nmref.transposable.flow.successive_shortest_paths` gives both), in plain
 Python so that a reader can follow the pass; :mod:`nmref.transposable._flow_kernels`
 runs the same pass in Numba and is tested to return identical masks.
+:func:`canonical_at_most_optimum` is the pass for the at-most-``n`` fill (the twin of
+:func:`nmref.transposable._at_most_kernels._canonical_at_most`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Sequence
 
 from nmref.transposable.tiles import Tile
 
-__all__ = ["canonical_optimum"]
+__all__ = ["canonical_at_most_optimum", "canonical_optimum"]
 
 
 def canonical_optimum(
@@ -105,5 +107,119 @@ def _alternating_path(current, tight, i, j, first_free):
                         node = previous
                     return entries
                 next_frontier.append(target)
+        frontier = next_frontier
+    return None
+
+
+def canonical_at_most_optimum(
+    weights: Tile, kept: Sequence[Sequence[bool]], row_potentials, column_potentials, n: int
+) -> list[list[bool]]:
+    """The canonical optimal at-most-``n`` mask: lexicographically greatest row-major.
+
+    Parameters
+    ----------
+    weights : m x m ints
+    kept : m x m bools
+        Any optimal at-most-``n`` mask, certified by the potentials.
+    row_potentials, column_potentials : sequences of int
+        At-most duals for ``kept``
+        (:func:`~nmref.transposable.flow.certifies_optimal_at_most`: ``u, v >= 0``,
+        zero on lines with room).
+    n : int
+        Entries kept at most per row and column.
+
+    Returns
+    -------
+    list of list of bool
+        Among all optimal at-most-``n`` masks, the lexicographically greatest
+        row-major keep-vector: the same mask as the oracle pass
+        :func:`nmref.transposable.flow.canonical_at_most` (tested), without its
+        re-solves.
+
+    Notes
+    -----
+    As in :func:`canonical_optimum`, only tight entries (``w = u + v``) differ between
+    optima. Scanning in row-major order, a dropped tight entry ``(i, j)`` is switched on
+    iff a path leads from column ``j`` to row ``i`` through free (later) tight entries,
+    columns to rows through kept ones and rows to columns through dropped ones, with one
+    extra node ``Z`` for the ends of an alternating *path*: ``column -> Z`` where the
+    column has room, ``row -> Z`` where ``u = 0``, ``Z -> row`` where the row has room,
+    ``Z -> column`` where ``v = 0``. Toggling the path keeps every line at most ``n`` and
+    changes the kept sum by the duals of its ends, which are 0; conversely an optimum
+    that keeps ``(i, j)`` with every earlier choice differs from the current one by such
+    a path (spec T3, "At most n"). One breadth-first search over ``2m + 1`` nodes per
+    tied entry: O(m^2) each, **O(m^4) per tile** in the worst case (all entries tied),
+    where the oracle pass re-solves a flow per tied entry (O(n m^5)).
+    """
+    m = len(weights)
+    u, v = row_potentials, column_potentials
+    current = [list(map(bool, row)) for row in kept]
+    row_count = [sum(row) for row in current]
+    column_count = [sum(current[i][j] for i in range(m)) for j in range(m)]
+    tight = [[weights[i][j] - u[i] - v[j] == 0 for j in range(m)] for i in range(m)]
+    for k in range(m * m):
+        i, j = divmod(k, m)
+        if current[i][j] or not tight[i][j]:
+            continue  # already kept (stays kept), or dropped in every optimum
+        lines = (row_count, column_count, u, v, n)
+        path = _alternating_path_at_most(current, tight, lines, i, j, first_free=k + 1)
+        if path is None:
+            continue
+        for a, b in [(i, j), *path]:
+            change = -1 if current[a][b] else 1
+            current[a][b] = not current[a][b]
+            row_count[a] += change
+            column_count[b] += change
+    return current
+
+
+def _alternating_path_at_most(current, tight, lines, i, j, first_free):
+    """Entries of a path column ``j`` -> ... -> row ``i`` (through ``Z`` at most once).
+
+    Nodes: rows ``0..m-1``, columns ``m..2m-1``, ``Z = 2m``; arcs as in
+    :func:`canonical_at_most_optimum` (entries free: flat index ``>= first_free``).
+    Breadth-first, lowest node number first (the kernel's order). Returns the entries
+    to toggle (``Z`` arcs use none), or None.
+    """
+    row_count, column_count, u, v, n = lines
+    m = len(current)
+    z = 2 * m
+
+    def arcs(x):
+        """``(target, entry or None)`` out of node ``x``, targets in increasing order."""
+        if x == z:
+            return [(a, None) for a in range(m) if row_count[a] < n] + [
+                (m + b, None) for b in range(m) if v[b] == 0
+            ]
+        if x >= m:  # column b -> row a: drop the kept (a, b); -> Z if b has room
+            b = x - m
+            out = [(a, (a, b)) for a in range(m) if current[a][b]]
+            return out + ([(z, None)] if column_count[b] < n else [])
+        a = x  # row a -> column b: keep the dropped (a, b); -> Z if u[a] == 0
+        out = [(m + b, (a, b)) for b in range(m) if not current[a][b]]
+        return out + ([(z, None)] if u[a] == 0 else [])
+
+    parent: dict[int, tuple[int, tuple[int, int] | None] | None] = {m + j: None}
+    frontier = [m + j]
+    while frontier:
+        next_frontier = []
+        for x in frontier:
+            for y, entry in arcs(x):
+                if entry is not None:
+                    a, b = entry
+                    if not tight[a][b] or a * m + b < first_free:
+                        continue
+                if y in parent:
+                    continue
+                parent[y] = (x, entry)
+                if y == i:
+                    path = []
+                    node = y
+                    while parent[node] is not None:
+                        node, entry = parent[node]  # type: ignore[misc]
+                        if entry is not None:
+                            path.append(entry)
+                    return path
+                next_frontier.append(y)
         frontier = next_frontier
     return None

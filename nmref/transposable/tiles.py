@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["Tile", "dyadic", "exact_integer_tile", "iter_tiles", "kept_total"]
+__all__ = ["Tile", "dyadic", "exact_integer_tile", "iter_tiles", "kept_total", "rounded"]
 
 #: One ``m x m`` tile of exact integer scores, row by row.
 Tile = Sequence[Sequence[int]]
@@ -57,3 +57,22 @@ def kept_total(units: Tile, kept: ArrayLike) -> int:
 def dyadic(units: int, exponent: int) -> Fraction:
     """``units * 2**exponent`` as an exact rational (the value a tile's units stand for)."""
     return Fraction(int(units)) * Fraction(2) ** int(exponent)
+
+
+def rounded(value: Fraction | int) -> float:
+    """An exact rational rounded once to float64, to +-inf beyond float64's range.
+
+    IEEE round-to-nearest, as ``float()`` rounds, except that a value whose rounding
+    overflows becomes ``inf`` or ``-inf`` instead of raising ``OverflowError`` (a sum of
+    finite float64 scores can exceed 1.8e308). Callers that must report the value
+    refuse the infinity themselves (spec T6).
+
+    Examples
+    --------
+    >>> rounded(Fraction(1, 3)) == 1 / 3, rounded(2 * Fraction(1.7e308))
+    (True, inf)
+    """
+    try:
+        return float(value)
+    except OverflowError:
+        return float("inf") if value > 0 else float("-inf")
