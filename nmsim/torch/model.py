@@ -167,6 +167,7 @@ def _set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
 
 def sparse_layers(model: nn.Module) -> list[tuple[str, SparseLinear | SparseConv2d]]:
     """The N:M sparse layers of ``model`` with their qualified names, in module order."""
+    _check_model(model)
     return [
         (name, module)
         for name, module in model.named_modules()
@@ -179,9 +180,15 @@ def refresh_masks(model: nn.Module) -> int:
     (schedules are not advanced; BAME layers, whose masks are evolved state, are left as they
     are). Needed only after changing weights under ``torch.compile``, which skips the eager
     staleness check. Returns the number of layers refreshed."""
+    _check_model(model)
     count = 0
     for _, layer in sparse_layers(model):
         if layer.method != "bame":
             layer.refresh_masks()
             count += 1
     return count
+
+
+def _check_model(model: object) -> None:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")

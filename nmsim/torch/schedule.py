@@ -59,7 +59,7 @@ def _positive(value: object, name: str) -> int:
 class MethodSchedule:
     """When a sparse layer refreshes its masks; every count is in optimizer steps.
 
-    Build it with :meth:`for_method`, which fills the method's defaults and validates.
+    Build it with ``MethodSchedule.for_method``, which fills the method's defaults and validates.
     """
 
     method: str

@@ -120,12 +120,15 @@ def step_layers(model: torch.nn.Module) -> int:
     BAME layers are not advanced this way: their update is the masked momentum step, taken
     through a ``torch.optim.SGD`` or ``layer.bame_optimizer_step``.
     """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     count = 0
     for layer in _sparse_modules(model):
         if layer.method == "bame":
             raise ValueError(
-                "step_layers does not update BAME layers: put their parameters in a "
-                "torch.optim.SGD, or call layer.bame_optimizer_step(lr, momentum, weight_decay)"
+                "model holds a BAME layer, which step_layers does not update: put its "
+                "parameters in a torch.optim.SGD, or call layer.bame_optimizer_step(lr, "
+                "momentum, weight_decay)"
             )
         layer._advance(refresh=True)
         count += 1

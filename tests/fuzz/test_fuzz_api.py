@@ -68,7 +68,23 @@ def bame_call(reference: bool) -> Build:
     return build
 
 
+def calibration_of(a: object) -> object:
+    """Calibration inputs with the drawn weight's fan-in (the drawn values themselves when
+    the weight is not a matrix: the call must then name an argument)."""
+    if np.ndim(a) == 2:
+        return np.linspace(-1.0, 1.0, 5 * np.shape(a)[1]).reshape(5, np.shape(a)[1])
+    return a
+
+
 CALLS: dict[str, tuple[Callable, Build]] = {
+    "adaprune_layer": (
+        nmref.adaprune_layer,
+        lambda a, n, m: ((a, calibration_of(a), m), {"n": n}),
+    ),
+    "relative_output_error": (
+        nmref.relative_output_error,
+        lambda a, n, m: ((a, mask_of(a, n, m), calibration_of(a)), {}),
+    ),
     "block_scores": (
         nmref.block_scores,
         lambda a, n, m: (
