@@ -17,6 +17,14 @@ matrix scored by |w| it times, in the same run:
   networkx ``min_cost_flow`` per tile (as the authors' code does), and for 2:4
   a NumPy 90-pattern matmul + argmax (apex/Hu et al. style).
 
+``--scores near-tie`` replaces the |N(0,1)| matrix by near-tie tiles: every 64x64 block
+is ``c + k ulp(c)`` with ``k`` in 0..3 and ``c`` one of 1e-12, 1, 1e12 (float64: values
+1 ulp apart, which no int64 unit scaling of a 16x16 tile holds with room for sums, so
+nmref solves them with Python ints, spec T5). Use small sizes::
+
+    PYTHONPATH=. python benchmarks/bench_transposable.py --scores near-tie --dtype float64 \
+        --sizes 64 --patterns 4:16 8:16 12:16 --repeats 1 --skip-peers "SciPy HiGHS (batched LP)"
+
 Slow peers run on a prefix of the tiles that fits ``--peer-budget`` seconds
 and are extrapolated linearly (marked ``~``). Every peer's objective is
 checked against nmref's on the tiles it solved. Times are medians of
@@ -265,6 +273,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip-peers", nargs="*", default=[], help="peer names, or 'all'")
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    parser.add_argument(
+        "--scores",
+        default="abs-normal",
+        choices=("abs-normal", "near-tie"),
+        help="|N(0,1)| (default) or near-tie tiles 1 ulp apart (see the module docstring)",
+    )
     args = parser.parse_args()
 
     # A fresh Numba cache unless one is given, so the first call measures a cold compile
@@ -278,10 +292,25 @@ def main() -> None:
     )
     rng = np.random.default_rng(0)
     for size in args.sizes:
-        scores = np.abs(rng.standard_normal((size, size)).astype(args.dtype))
+        if args.scores == "near-tie":
+            scores = near_tie_scores(size, args.dtype, rng)
+        else:
+            scores = np.abs(rng.standard_normal((size, size)).astype(args.dtype))
         for text in args.patterns:
             n, m = (int(x) for x in text.split(":"))
             bench_case(scores, n, m, args)
+
+
+def near_tie_scores(size: int, dtype: str, rng: np.random.Generator) -> np.ndarray:
+    """``c + k ulp(c)``, ``k`` in 0..3, with ``c`` one of 1e-12, 1, 1e12 per 64x64 block."""
+    block = min(size, 64)
+    scores = np.empty((size, size), dtype=dtype)
+    for r in range(0, size, block):
+        for c in range(0, size, block):
+            base = np.asarray(10.0 ** rng.choice([-12, 0, 12]), dtype=dtype)
+            steps = rng.integers(0, 4, (block, block))
+            scores[r : r + block, c : c + block] = base + steps * np.spacing(base)
+    return scores
 
 
 def bench_case(scores: np.ndarray, n: int, m: int, args: argparse.Namespace) -> None:
@@ -338,20 +367,21 @@ def bench_case(scores: np.ndarray, n: int, m: int, args: argparse.Namespace) -> 
         rows.append((label, seconds, extrapolated, error))
     size = f"{scores.shape[0]}x{scores.shape[1]}"
     print(
-        f"\n{size} {scores.dtype} |N(0,1)|, {n}:{m}: {total} tiles; "
+        f"\n{size} {scores.dtype} {'|N(0,1)|' if args.scores == 'abs-normal' else 'near-tie'}, "
+        f"{n}:{m}: {total} tiles; "
         f"Numba compile (first call minus median; ~0 once an earlier case compiled the "
         f"same kernels): exact {max(compile_exact - exact, 0.0):.2f} s, "
         f"parallel {max(compile_parallel - parallel, 0.0):.2f} s"
     )
     print(
-        f"{'method':58s} {'seconds':>10s} {'tiles/s':>12s} {'peer/exact':>11s}"
+        f"{'method':58s} {'seconds':>10s} {'tiles/s':>12s} {'ms/tile':>9s} {'peer/exact':>11s}"
         f" {'max rel obj err':>16s}"
     )
     for name, seconds, extrapolated, error in rows:
         mark = "~" if extrapolated else " "
         print(
             f"{name:58s} {mark}{seconds:9.4f} {total / seconds:12.0f} "
-            f"{seconds / exact:11.2f} {error:16.1e}"
+            f"{1e3 * seconds / total:9.3f} {seconds / exact:11.2f} {error:16.1e}"
         )
     entries = scores.size
     summary = (

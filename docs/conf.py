@@ -33,9 +33,13 @@ extensions = [
     "sphinx.ext.doctest",
     "sphinx.ext.intersphinx",
     "sphinx.ext.mathjax",
+    # MathJax from the package, copied into _static/: formulas render offline and in CI's
+    # artifact (sphinx.ext.mathjax alone loads it from a CDN).
+    "sphinx-mathjax-offline",
     "numpydoc",
     "sphinx_gallery.gen_gallery",
     "mdspecs",
+    "datadocs",
 ]
 
 # Internal references are the site's link check: every :func:/:class:/:doc: target must resolve.
@@ -102,6 +106,7 @@ sphinx_gallery_conf = {
 # The documented namespaces: page name, module, one-line description.
 API_MODULES = [
     ("nmref", "nmref", "Reference algorithms: 1-D and transposable N:M masks, SR-STE, BAME."),
+    ("nmref.adaprune", "nmref.adaprune", "AdaPrune: layers to N:M, refitted on calibration data."),
     ("nmref.bimask", "nmref.bimask", "Bi-Mask: forward and backward masks, permutation search."),
     ("nmref.explain", "nmref.explain", "Step-by-step traces in plain words (``nmref explain``)."),
     ("nmref.testing", "nmref.testing", "The conformance kit for other implementations."),

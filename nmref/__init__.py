@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+# first, before anything heavy: a Ctrl-C while the command starts is one line, exit 130
+from nmref import _startup  # noqa: F401
 from nmref._deprecation import install_moved_modules
+from nmref.adaprune import adaprune_layer, relative_output_error
 from nmref.bame import (
     BameConfig,
     BameState,
@@ -93,6 +96,19 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module 'nmref' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    # dir(nmref) and tab completion: the API and the subpackages, not the names this file
+    # imports to build them (annotations, PackageNotFoundError, version, ...)
+    import types
+
+    packages = [
+        name
+        for name, value in globals().items()
+        if isinstance(value, types.ModuleType) and not name.startswith("_")
+    ]
+    return sorted({*__all__, "audit", *packages})
+
+
 try:
     __version__ = version("nm-sparsity-ref")
 except PackageNotFoundError:  # running from a source tree that is not installed
@@ -105,6 +121,7 @@ __all__ = [
     "ChannelPermutation",
     "Pattern",
     "__version__",
+    "adaprune_layer",
     "block_scores",
     "check_pattern",
     "count_column_partitions",
@@ -127,6 +144,7 @@ __all__ = [
     "parse_pattern",
     "permutation_efficacy",
     "permutation_objective",
+    "relative_output_error",
     "search_channel_permutation",
     "select_blocks",
     "sgd_step",

@@ -22,6 +22,8 @@ output grows with the input, so inputs are limited to :data:`MAX_ENTRIES` entrie
 from __future__ import annotations
 
 import itertools
+from decimal import Context, Decimal
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -38,8 +40,10 @@ __all__ = [
     "render_text",
 ]
 
+#: The algorithms :mod:`nmref.explain` traces (``nmref explain ALGORITHM``).
 ALGORITHMS = ("transposable", "nm_mask", "bimask")
-# Beyond this the trace is no longer something a person reads.
+#: The most entries an input to explain may have: beyond this the trace is no longer
+#: something a person reads.
 MAX_ENTRIES = 4096
 
 
@@ -95,7 +99,9 @@ def explain_transposable(tile: ArrayLike, n: int, m: int) -> dict[str, Any]:
     dict
         ``{"algorithm", "pattern", "steps", "result"}``; each step has a ``title``, plain-word
         ``lines`` and the numbers behind them. ``result["mask"]`` equals
-        ``nmref.transposable_mask(tile, n, m)``.
+        ``nmref.transposable_mask(tile, n, m)``. ``result["kept_sum_scores"]`` is the
+        exact kept sum ``kept_sum * 2**exponent`` rounded once to float, or None where
+        it is beyond float64's range (scores near 1e308; the exact integers stay).
 
     Raises
     ------
@@ -122,7 +128,7 @@ def explain_transposable(tile: ArrayLike, n: int, m: int) -> dict[str, Any]:
     from nmref.transposable import transposable_mask
     from nmref.transposable.flow import certifies_optimal, successive_shortest_paths
     from nmref.transposable.ties import _alternating_path, canonical_optimum
-    from nmref.transposable.tiles import exact_integer_tile
+    from nmref.transposable.tiles import dyadic, exact_integer_tile
 
     pattern = check_pattern(n, m)
     n, m = pattern.n, pattern.m
@@ -134,7 +140,6 @@ def explain_transposable(tile: ArrayLike, n: int, m: int) -> dict[str, Any]:
     # The library validates (NaN, infinities) and gives the mask the trace must reproduce.
     expected = _bits(transposable_mask(array, n, m))
     units, exponent = exact_integer_tile(array)
-    scale = 2.0**exponent
     steps = []
 
     values = array.astype(np.float64).tolist()
@@ -272,9 +277,9 @@ def explain_transposable(tile: ArrayLike, n: int, m: int) -> dict[str, Any]:
     ]
     if exponent != 0:
         lines.append(
-            f"In score units: kept sum {_number(kept_sum * scale)}; "
-            f"u = {[_number(x * scale) for x in row_potentials]}, "
-            f"v = {[_number(x * scale) for x in column_potentials]}."
+            f"In score units: kept sum {_number(dyadic(kept_sum, exponent))}; "
+            f"u = {[_number(dyadic(x, exponent)) for x in row_potentials]}, "
+            f"v = {[_number(dyadic(x, exponent)) for x in column_potentials]}."
         )
     mask = _bits(canonical)
     same = mask == expected
@@ -289,7 +294,7 @@ def explain_transposable(tile: ArrayLike, n: int, m: int) -> dict[str, Any]:
         "result": {
             "mask": mask,
             "kept_sum": kept_sum,
-            "kept_sum_scores": kept_sum * scale,
+            "kept_sum_scores": _float_or_none(dyadic(kept_sum, exponent)),
             "row_potentials": row_potentials,
             "column_potentials": column_potentials,
             "exponent": exponent,
@@ -298,7 +303,19 @@ def explain_transposable(tile: ArrayLike, n: int, m: int) -> dict[str, Any]:
     }
 
 
-def _number(x: float | int) -> str:
+def _float_or_none(x: Fraction) -> float | None:
+    """``x`` rounded once to float, or None beyond float64's range (strict JSON has no inf)."""
+    from nmref.transposable.tiles import rounded
+
+    value = rounded(x)
+    return value if np.isfinite(value) else None
+
+
+def _number(x: float | int | Fraction) -> str:
+    if isinstance(x, Fraction) and abs(x) > Fraction(np.finfo(np.float64).max):
+        # An exact sum beyond float64's range (scores near 1e308): its own digits.
+        digits = Context(prec=6).divide(Decimal(x.numerator), Decimal(x.denominator))
+        return format(digits.normalize(), "g")
     value = float(x)
     return str(int(value)) if value.is_integer() and abs(value) < 2**53 else f"{value:.6g}"
 

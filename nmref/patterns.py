@@ -72,7 +72,9 @@ def check_pattern(n: object, m: object) -> Pattern:
     return Pattern(n_int, m_int)
 
 
-_PATTERN_RE = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
+# At most 18 digits a side (below 2**63): a longer number is no group size, and Python refuses
+# to convert one of more than 4,300 digits with a message naming no argument.
+_PATTERN_RE = re.compile(r"^\s*(\d{1,18})\s*:\s*(\d{1,18})\s*$")
 
 
 def parse_pattern(text: str | Pattern | tuple[int, int]) -> Pattern:
@@ -108,7 +110,9 @@ def parse_pattern(text: str | Pattern | tuple[int, int]) -> Pattern:
         raise TypeError(f"pattern={text!r} must be a string like '2:4' or an (n, m) tuple")
     match = _PATTERN_RE.match(text)
     if match is None:
+        shown = text if len(text) <= 40 else text[:37] + "..."
         raise ValueError(
-            f"pattern={text!r} must have the form 'N:M', e.g. '2:4' (N kept of every M)"
+            f"pattern={shown!r} must have the form 'N:M' with N and M whole numbers of at most "
+            "18 digits, e.g. '2:4' (N kept of every M)"
         )
     return check_pattern(int(match.group(1)), int(match.group(2)))

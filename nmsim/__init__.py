@@ -67,3 +67,16 @@ __all__ = [
     "model_layers",
     "training_flops",
 ]
+
+
+def __dir__() -> list[str]:
+    # dir(nmsim) and tab completion: the API and the subpackages, not the names this file
+    # imports to build them (annotations, PackageNotFoundError, version, ...)
+    import types
+
+    packages = [
+        name
+        for name, value in globals().items()
+        if isinstance(value, types.ModuleType) and not name.startswith("_")
+    ]
+    return sorted({*__all__, *packages})

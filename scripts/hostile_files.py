@@ -153,6 +153,29 @@ def _evil_open_pickle(marker: Path) -> bytes:
 _LEGACY_TORCH_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19."
 
 
+def _deep_header(depth: int, value: bytes = b"") -> bytes:
+    """A safetensors header with one 4x4 F32 tensor and ``__metadata__`` holding ``value``
+    inside ``depth`` nested lists."""
+    nested = b"[" * depth + value + b"]" * depth
+    return (
+        b'{"__metadata__": {"x": ' + nested + b"}, "
+        b'"w": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}'
+    )
+
+
+def _zip_member_patched(archive: bytes, *, flag_bits: int = 0, method: int | None = None) -> bytes:
+    """``archive`` (one member) with the member's flag bits or compression method rewritten in
+    both its local and its central header, as an encrypting or deflate64 zip tool writes."""
+    data = bytearray(archive)
+    local, central = data.find(b"PK\x03\x04"), data.find(b"PK\x01\x02")
+    for offset, header in ((6, local), (8, central)):  # flags at +6 (local), +8 (central)
+        flags = struct.unpack_from("<H", data, header + offset)[0]
+        struct.pack_into("<H", data, header + offset, flags | flag_bits)
+        if method is not None:
+            struct.pack_into("<H", data, header + offset + 2, method)  # method follows flags
+    return bytes(data)
+
+
 def _valid_safetensors() -> bytes:
     data = np.arange(16, dtype=np.float32).tobytes()
     return _safetensors({"w": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}, data)
@@ -331,6 +354,18 @@ def _entries(marker: Path) -> list[tuple[Entry, bytes | None]]:
             Entry("npz_duplicate_member.npz", "two members named w.npy, 4x4 and 8x8"),
             _duplicate_members(),
         ),
+        (
+            Entry(
+                "npz_members_w_and_w_npy.npz",
+                "members w.npy (4x4) and w (8x8), both read as tensor w (issue 37)",
+            ),
+            _zip(
+                {
+                    "w.npy": _npy(np.ones((4, 4), np.float32)),
+                    "w": _npy(np.ones((8, 8), np.float32)),
+                }
+            ),
+        ),
         (Entry("npz_no_members.npz", "a valid zip archive with no members"), _zip({})),
         (
             Entry("npz_negative_shape.npz", "a member declaring shape (-1, 4)"),
@@ -347,6 +382,45 @@ def _entries(marker: Path) -> list[tuple[Entry, bytes | None]]:
         (
             Entry("npz_traversal.npz", "a member named ../../escape.npy holding garbage"),
             _zip({"../../escape.npy": b"garbage"}),
+        ),
+        # issue 37, messages: what Python's own readers answered with a traceback or with words
+        # naming neither the file nor the member (the corpus test wants one line naming both)
+        (
+            Entry(
+                "st_deep_metadata.safetensors",
+                "__metadata__ nested 100,000 lists deep (RecursionError in the JSON parser)",
+            ),
+            _safetensors(None, f32, raw_header=_deep_header(100_000)),
+        ),
+        (
+            Entry(
+                "st_huge_int_metadata.safetensors",
+                "__metadata__ holding a 5,000-digit integer (Python's digit limit)",
+            ),
+            _safetensors(None, f32, raw_header=_deep_header(0, value=b"9" * 5000)),
+        ),
+        (
+            Entry("st_f6_dtype.safetensors", "an F6_E2M3 tensor: no NumPy dtype, no decoder here"),
+            _safetensors({"w": {"dtype": "F6_E2M3", "shape": [4, 4], "data_offsets": [0, 12]}})
+            + bytes(12),
+        ),
+        (
+            Entry("npz_encrypted.npz", "a member flagged encrypted (zipfile: RuntimeError)"),
+            _zip_member_patched(valid_npz, flag_bits=0x1),
+        ),
+        (
+            Entry(
+                "npz_deflate64.npz",
+                "a member compressed with zip method 9, deflate64 (zipfile: NotImplementedError)",
+            ),
+            _zip_member_patched(valid_npz, method=9),
+        ),
+        (
+            Entry(
+                "npz_void_float8.npz",
+                "a float8 array as ml_dtypes saves it: dtype |V1, raw bytes without a format",
+            ),
+            _zip({"w.npy": _npy_header("|V1", (4, 4)) + bytes(16)}),
         ),
         # .pt / .pth
         (

@@ -937,3 +937,47 @@ def test_score_arguments_are_validated():
     # float64 is the scoring precision; a wider float would be rounded silently.
     with pytest.raises(TypeError, match="weight must be a float16/32/64 array"):
         block_scores(weight.astype(np.longdouble), mask, grad, candidates, n=2, m=4)
+
+
+OVERFLOWING_SCORES = [
+    # Issue 37: 1e308 entries overflow the keep utility (g * w); the message named no argument.
+    pytest.param(np.full((1, 4), 1e308), np.full((1, 4), 1e308), "zero", id="utility"),
+    # Finite utilities -1e308 (kept) and +1e308 (pruned): R = u_j - u_i overflows.
+    pytest.param(
+        np.array([[1e154, 1.0, 1e154, 0.0]]),
+        np.array([[1e154, 0.0, -1e154, 0.0]]),
+        "stale",
+        id="R",
+    ),
+]
+
+
+@pytest.mark.parametrize(("weight", "grad", "regrow_init"), OVERFLOWING_SCORES)
+@pytest.mark.parametrize("implementation", ["block_scores", "evolve_mask", "evolve_mask_reference"])
+def test_scores_beyond_float64_name_weight_and_grad(weight, grad, regrow_init, implementation):
+    mask = np.array([[True, True, False, False]])
+    if implementation == "block_scores":
+
+        def call():
+            return block_scores(
+                weight, mask, grad, np.array([[True]]), n=2, m=4, regrow_init=regrow_init
+            )
+    else:
+        config = BameConfig(
+            n=2,
+            m=4,
+            t_i=0,
+            t_f=10,
+            update_interval=1,
+            regrow_init=regrow_init,
+            curvature=0.0,
+            lookahead_step=0.0,
+        )
+        evolve = evolve_mask if implementation == "evolve_mask" else evolve_mask_reference
+
+        def call():
+            return evolve(weight, mask, grad, BameState.initial(mask, 4), 0, config)
+
+    what = "the keep utility" if weight[0, 0] == 1e308 else "a block's loss reduction R"
+    with pytest.raises(ValueError, match=rf"^weight and grad are too large: {what} overflows"):
+        call()

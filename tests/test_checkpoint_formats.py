@@ -1073,3 +1073,133 @@ def test_report_applies_a_per_row_weight_scale_to_fp8_layers(tmp_path: Path) -> 
     assert entry["total_magnitude"] == pytest.approx(float(scaled.sum(dtype=np.float64)), rel=1e-6)
     unscaled = float(np.abs(to_float32(dense, "fp8_e4m3")).sum(dtype=np.float64))
     assert entry["total_magnitude"] != pytest.approx(unscaled, rel=1e-3)
+
+
+# ---------------------------------------------------------------------------------------------
+# nmsim convert: the readers' container validation, every layer decoded, no ambiguous output
+# (issue 37)
+# ---------------------------------------------------------------------------------------------
+
+_F16_64 = np.zeros((64, 64), np.float16).tobytes()  # 8192 bytes
+_RECORD = {"dtype": "F16", "shape": [64, 64]}
+
+
+def _raw_safetensors(path: Path, header: dict, data: bytes) -> Path:
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("header", "data", "refusal"),
+    [
+        (  # a gap of 8 bytes between the two tensors
+            {
+                "a.weight": {**_RECORD, "data_offsets": [0, 8192]},
+                "b.weight": {**_RECORD, "data_offsets": [8200, 16392]},
+            },
+            _F16_64 + b"\0" * 8 + _F16_64,
+            "invalid offset for tensor `b.weight`",
+        ),
+        (  # 8 bytes of garbage after the last tensor
+            {"a.weight": {**_RECORD, "data_offsets": [0, 8192]}},
+            _F16_64 + b"garbage!",
+            "incomplete metadata, file not fully covered",
+        ),
+        (  # two tensors over the same bytes
+            {
+                "a.weight": {**_RECORD, "data_offsets": [0, 8192]},
+                "b.weight": {**_RECORD, "data_offsets": [0, 8192]},
+            },
+            _F16_64,
+            "invalid offset for tensor `",  # a or b: safetensors' order of equal offsets varies
+        ),
+    ],
+    ids=["gap", "trailing-garbage", "overlap"],
+)
+def test_convert_applies_the_readers_container_validation(
+    tmp_path: Path, capsys, header, data, refusal
+) -> None:
+    # each was converted, although nmref mask, check, report and audit refuse the same file
+    path = _raw_safetensors(tmp_path / "bad.safetensors", header, data)
+    assert _nmsim("convert", str(path), str(tmp_path / "o.safetensors"), "--to", "dense") == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(
+        f"nmsim: error: path={str(path)!r} is not a valid .safetensors file: Error while "
+        f"deserializing header: {refusal}"
+    )
+    assert not (tmp_path / "o.safetensors").exists()
+
+
+def _mixed_formats_file(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    """Two bitmask layers and two sparse-24 layers in one file, and their dense weights."""
+    rng = np.random.default_rng(37)
+    dense = {name: random_24(rng, 64, 64, "fp16") for name in ("a", "b", "c", "d")}
+    tensors: dict[str, tuple[str, np.ndarray]] = {}
+    for name in ("a", "b"):
+        parts = encode_bitmask(dense[name], "fp16")
+        tensors[f"{name}.compressed"] = ("F16", parts["compressed"])
+        tensors[f"{name}.bitmask"] = ("U8", parts["bitmask"])
+        tensors[f"{name}.shape"] = ("I64", parts["shape"])
+    for name in ("c", "d"):
+        values, meta = encode_sparse24(dense[name], "fp16")
+        tensors[f"{name}.weight.sparse_24_packed_weight"] = ("F16", values)
+        tensors[f"{name}.weight.meta"] = ("I16", meta)
+    return write_safetensors(tmp_path / "mixed.safetensors", tensors), dense
+
+
+def test_convert_decodes_every_layer_of_a_file_that_mixes_formats(tmp_path: Path, capsys) -> None:
+    # "1 decoded, 4 copied": the bitmask layers were copied as plain tensors
+    path, dense = _mixed_formats_file(tmp_path)
+    out = tmp_path / "dense.safetensors"
+    assert _nmsim("convert", str(path), str(out), "--to", "dense") == 0
+    assert "2 sparse-24-bitmask -> dense, 2 sparse-24 -> dense" in capsys.readouterr().out
+    written = read_all(out)
+    assert sorted(written) == ["a.weight", "b.weight", "c.weight", "d.weight"]
+    for name, weight in dense.items():  # the same values (a stray -0.0 may come back +0.0)
+        np.testing.assert_array_equal(written[f"{name}.weight"][1], weight)
+    checkpoint = open_checkpoint(path)
+    assert [layer.format for layer in checkpoint.layers] == [
+        "sparse-24-bitmask",
+        "sparse-24-bitmask",
+        "sparse-24",
+        "sparse-24",
+    ]
+
+
+def test_convert_refuses_to_write_a_layer_both_dense_and_compressed(tmp_path: Path, capsys) -> None:
+    # l.weight beside a compressed l: --to sparse-24-bitmask wrote both, an ambiguous checkpoint
+    tensors = read_all(_bitmask_file(tmp_path))
+    tensors["fc.weight"] = ("F16", random_24(np.random.default_rng(1), 32, 64, "fp16"))
+    path = write_safetensors(tmp_path / "both.safetensors", tensors)
+    out = tmp_path / "o.safetensors"
+    assert _nmsim("convert", str(path), str(out), "--to", "sparse-24-bitmask") == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        f"nmsim: error: OUT {str(out)!r} would hold both 'fc.weight' and 'fc.compressed' "
+        "(sparse-24-bitmask): an ambiguous checkpoint (which is the layer's weight?); refused. "
+        "Remove one of them from the input"
+    )
+    assert not out.exists()
+
+
+def test_convert_of_fp32_2to4_weights_to_cutlass_says_fp32_needs_1_to_2(
+    tmp_path: Path, capsys
+) -> None:
+    # every weight is 2:4, and the message said "no 2-D .weight tensor that is 2:4"
+    weight = np.zeros((64, 64), np.float32)
+    weight[:, 0::4] = 1.0
+    weight[:, 1::4] = 2.0  # columns 0 and 1 of every group: 2:4, and 2 in the first pair
+    path = write_safetensors(
+        tmp_path / "fp32.safetensors", {"a.weight": ("F32", weight), "b.weight": ("F32", weight)}
+    )
+    assert _nmsim("convert", str(path), str(tmp_path / "o.safetensors"), "--to", "cutlass") == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        f"nmsim: error: {str(path)!r} has no 2-D '.weight' tensor that sparse-24 can hold (the "
+        "first, 'a.weight': fp32 needs 1:2 on the hardware, not 2:4 (sparse-24 stores fp32 as "
+        "TF32, one nonzero per pair; row 0, pair 0 (columns 0-1) holds 2 nonzeros; fp32 "
+        "sparse-24 is 1:2 (one per pair)); 2:4 fp32 fits --to sparse-24-bitmask, or cast it to "
+        "fp16/bf16 first); nothing to convert"
+    )

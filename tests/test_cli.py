@@ -82,7 +82,10 @@ def test_check_reports_conv_groups_in_original_coordinates(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["mask", "{w}", "--pattern", "5:4", "-o", "{d}/o.npz"], "n=5 must be <= m=4"),
+        (
+            ["mask", "{w}", "--pattern", "5:4", "-o", "{d}/o.npz"],
+            "argument --pattern: '5:4' is not an N:M pattern: N=5 must be <= M=4",
+        ),
         (["mask", "{w}", "--pattern", "2:4", "-o", "{w}"], "is an input file"),
         (["mask", "{d}/missing.npz", "--pattern", "2:4", "-o", "{d}/o.npz"], "does not exist"),
         (["mask", "{w}", "--pattern", "2:3", "-o", "{d}/o.npz"], "multiple of m=3"),

@@ -168,3 +168,40 @@ def test_cli_refuses_a_file_with_several_tensors(tmp_path, capsys):
 def test_explain_refuses_large_inputs():
     with pytest.raises(ValueError, match="explain is for small inputs"):
         explain_nm_mask(np.zeros((100, 100)), 2, 4)
+
+
+def test_cli_explain_ranks_magnitudes_like_nmref_mask_by_default(tmp_path, capsys):
+    # Issue 37: explain ranked signed values while `nmref mask` ranks |w|, then called its
+    # (different) mask "the same as nmref.transposable_mask".
+    tile = np.array(
+        [
+            [-9.0, 1.0, 2.0, 3.0],
+            [1.0, -9.0, 2.0, 3.0],
+            [1.0, 2.0, -9.0, 3.0],
+            [1.0, 2.0, 3.0, -9.0],
+        ],
+        dtype=np.float32,
+    )
+    path = tmp_path / "tile.npy"
+    np.save(path, tile)
+    out = tmp_path / "mask.npy"
+    assert main(["mask", str(path), "--pattern", "2:4", "--transposable", "-o", str(out)]) == 0
+    from_mask = np.load(out).astype(int).tolist()
+    assert from_mask != nmref.transposable_mask(tile, 2, 4).astype(int).tolist()  # a real case
+    capsys.readouterr()
+    assert main(["explain", "transposable", str(path), "--pattern", "2:4", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["scores"] == "magnitude"
+    assert data["result"]["mask"] == from_mask
+    assert main(["explain", "transposable", str(path), "--pattern", "2:4"]) == 0
+    assert capsys.readouterr().out.startswith("Scores: |values|, as nmref mask ranks weights")
+    signed = ["explain", "transposable", str(path), "--pattern", "2:4", "--signed", "--json"]
+    assert main(signed) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["scores"] == "signed"
+    assert data["result"]["mask"] == nmref.transposable_mask(tile, 2, 4).astype(int).tolist()
+    assert main(["explain", "nm_mask", str(path), "--pattern", "2:4", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["result"]["mask"]
+    assert got == nmref.magnitude_mask(tile, 2, 4).astype(int).tolist()
+    assert main(["explain", "bimask", str(path), "--pattern", "2:4", "--signed"]) == 2
+    assert "--signed applies to nm_mask and transposable" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -146,3 +147,33 @@ def test_inspect_rejects_inconsistent_files_and_negative_counts(
     for flag in ("--rows", "--groups"):
         assert main(["inspect", str(out), flag, "-1"]) == 2
         assert f"{flag}=-1 must be >= 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("value", "dtype", "said"),
+    [
+        (70000.0, "fp16", "value 70000.0 at (1, 2) is outside the fp16 range (largest finite "
+         "magnitude 65504)"),
+        (1e39, "bf16", "value 1e+39 at (1, 2) is outside the bf16 range (largest finite "
+         "magnitude 3.38953e+38)"),
+        (-1e39, "fp32", "value -1e+39 at (1, 2) is outside the fp32 range (largest finite "
+         "magnitude 3.40282e+38)"),
+    ],
+)  # fmt: skip
+def test_compress_refuses_a_finite_value_that_would_become_inf(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: float, dtype: str, said: str
+) -> None:
+    # fp16 turned 70000.0 into inf with only NumPy's RuntimeWarning, and wrote the file
+    weights = np.zeros((32, 64))
+    weights[1, 2] = value
+    path, out = tmp_path / "W.npy", tmp_path / "out.npz"
+    np.save(path, weights)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RuntimeWarning either
+        assert main(["compress", str(path), "--dtype", dtype, "-o", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        f"nmsim: error: {str(path)!r} as --dtype {dtype}: {said} and would become inf (1 "
+        "value(s) do); scale the weights or choose a wider --dtype"
+    )
+    assert not out.exists()

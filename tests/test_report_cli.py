@@ -280,6 +280,8 @@ def test_missing_matplotlib_is_one_line(tmp_path, capsys, monkeypatch):
     status, _, err = run(capsys, "--methods", "1d", "--out", str(tmp_path / "o"))
     # exit 3: the environment lacks matplotlib (specs/errors.md), one line
     assert status == 3 and err.count("\n") == 1 and "needs matplotlib" in err
+    # issue 37: the extra that installs matplotlib is [plots]; [report] is a former alias
+    assert "pip install 'nm-sparsity-ref[plots]'" in err, err
 
 
 @pytest.mark.parametrize(

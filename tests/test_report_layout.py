@@ -6,13 +6,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 
 import numpy as np
 import pytest
 from rich.console import Console
 
 from nmsim.cli import main as nmsim_main
-from nmsim.cli.report import render_markdown, render_table
+from nmsim.cli.report import interval_cell, render_markdown, render_table
 from nmsim.report.build import ReportSettings, build_report
 
 
@@ -42,11 +43,16 @@ def test_at_80_columns_no_cell_is_cut_and_every_kept_number_is_shown(minilm_repo
             assert f"{100 * entry['methods'][key]['kept_fraction']:.2f}%" in table
         block = entry["time"]["forward_speedup"]
         assert block["verdict"] in table
-    # names are wrapped, not cut: all characters of each name are in the table
+    # names are wrapped, not cut: all characters of each name are in the table, less the
+    # dotted prefix and suffix the note under the table says they all share
     folded = "".join(line.split("  ")[0].strip() for line in table.splitlines())
+    shared = re.search(r"names without their shared (\S+)(?: and (\S+))?;", " ".join(text.split()))
+    head, tail = (shared[1], shared[2] or "") if shared else ("", "")
+    if head.startswith(".") and not tail:
+        head, tail = "", head
     for entry in minilm_report["tensors"]:
         if entry["status"] == "ok":
-            assert entry["name"] in folded
+            assert entry["name"].removeprefix(head).removesuffix(tail) in folded
 
 
 def test_at_80_columns_a_does_not_fit_row_keeps_names_and_the_last_column_whole():
@@ -61,7 +67,7 @@ def test_at_80_columns_a_does_not_fit_row_keeps_names_and_the_last_column_whole(
     for entry in report["tensors"]:
         if entry["status"] == "ok":
             assert entry["name"] in table
-    assert table.count("does not") == 3  # fc3's three transposable methods, wrapped
+    assert table.count("does") == 3  # fc3's three transposable methods, wrapped
     flat = " ".join(table.split())
     for entry in report["tensors"]:
         if entry["status"] == "ok":
@@ -216,3 +222,116 @@ def test_piped_output_gets_every_column(capsys):
     assert nmsim_main(["report", "minilm", "--quiet", "--include", r"layer\.0\."]) == 0
     out = capsys.readouterr().out
     assert "2:4 kernel fwd/dX" in out and "left out" not in out and "…" not in out
+
+
+# ----------------------------------------------------------------------------
+# Issue 37: laid out for the terminal's width
+# ----------------------------------------------------------------------------
+
+
+def _minilm_like_tensors(layers: int = 6) -> dict:
+    """A report with MiniLM's 37 tensor names and shapes (small, synthetic values)."""
+
+    rng = np.random.default_rng(0)
+    tensors = {}
+    for layer in range(layers):
+        prefix = f"encoder.layer.{layer}."
+        for name in ("attention.self.query", "attention.self.key", "attention.self.value"):
+            tensors[prefix + name + ".weight"] = rng.standard_normal((16, 16), dtype=np.float32)
+        tensors[prefix + "attention.output.dense.weight"] = rng.standard_normal(
+            (16, 16), dtype=np.float32
+        )
+        tensors[prefix + "intermediate.dense.weight"] = rng.standard_normal(
+            (64, 16), dtype=np.float32
+        )
+        tensors[prefix + "output.dense.weight"] = rng.standard_normal((16, 64), dtype=np.float32)
+    tensors["pooler.dense.weight"] = rng.standard_normal((16, 16), dtype=np.float32)
+    return tensors
+
+
+def test_at_80_columns_a_bert_report_takes_two_lines_a_row_and_cuts_no_name_part(tmp_path):
+    # MiniLM at 80 columns broke names into 3-4 pieces and the interval cell into 3 lines:
+    # 37 rows filled about 150 lines.
+    from safetensors.numpy import save_file
+
+    tensors = _minilm_like_tensors()
+    path = tmp_path / "bert.safetensors"
+    save_file(tensors, str(path))
+    report = build_report(str(path), ReportSettings())
+    text = _render(report, 80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text
+    table = text.split("(at 80 columns")[0]
+    rows = table.split("────")[-1].split("\n", 1)[1].split("model total")[0]
+    assert len(rows.strip().splitlines()) <= 2 * len(tensors)
+    assert "shared .weight" in text  # the note says what the names leave out
+    body = [line.split("  ")[0].strip() for line in rows.splitlines() if line.strip()]
+    joined = "".join(body)
+    for name in tensors:
+        assert name.removesuffix(".weight") in joined  # whole, in order, at dots
+    for line in body:  # never broken inside a dotted part
+        assert (
+            line == ""
+            or line.endswith(".")
+            or any(name.removesuffix(".weight").endswith(line) for name in tensors)
+        ), line
+    for entry in report["tensors"]:
+        interval = interval_cell(entry["time"]["forward_speedup"]).split("] ")[0] + "]"
+        assert interval in table  # on one line, whole
+
+
+@pytest.mark.parametrize("width", [80, 60, 40])
+def test_the_progress_line_fits_the_terminal(width):
+    from rich.progress import Progress
+
+    from nmref.io.progress import progress_columns
+
+    name = "encoder.layer.0.attention.output.dense.weight"
+    counts = "37/37 tensors 90.9 MB/90.9 MB"
+    columns, shown = progress_columns(width, len("analysing"), len(counts))
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, color_system=None)
+    bar = Progress(*columns, console=console, auto_refresh=False)
+    task = bar.add_task(
+        "analysing", total=100, counts=counts, current=name[-shown:] if shown else ""
+    )
+    bar.update(task, completed=50)
+    console.print(bar.make_tasks_table(bar.tasks))
+    line = buffer.getvalue().rstrip("\n")
+    assert "\n" not in line and len(line) < width and "…" not in line
+    assert counts in line and "analysing" in line
+    if width == 80:
+        assert "eta" in line and name[-shown:] in line and shown >= 12
+
+
+@pytest.mark.parametrize(
+    "argv", [["gpus"], ["flops", "--compare"]], ids=["gpus", "flops --compare"]
+)
+def test_nmsim_tables_fit_80_columns_and_split_no_number(argv, capsys, monkeypatch):
+    # `nmsim gpus` (146 columns) and `nmsim flops --compare` (118) ignored the width.
+    monkeypatch.setenv("COLUMNS", "80")
+    assert nmsim_main(argv) == 0
+    narrow = capsys.readouterr().out
+    assert max(len(line) for line in narrow.splitlines()) <= 80
+    assert "…" not in narrow
+    monkeypatch.delenv("COLUMNS")
+    assert nmsim_main(argv) == 0  # piped: one table as wide as it needs
+    wide = capsys.readouterr().out
+
+    def cells(text: str) -> set[str]:
+        return {cell.strip() for line in text.splitlines() for cell in re.split("[│┃]", line)}
+
+    whole = {cell for cell in cells(wide) if re.search(r"\w", cell) and " " not in cell}
+    assert any(re.fullmatch(r"[\d.]+(/[\d.]+)?\*?", cell) for cell in whole)
+    assert whole <= cells(narrow)  # every cell without a space, whole, in the narrow tables
+
+
+def test_report_honours_columns_when_piped(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert nmsim_main(["report", "--quiet", "--methods", "1d"]) == 0
+    text = capsys.readouterr().out
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "(at 80 columns:" in text
+    monkeypatch.delenv("COLUMNS")
+    assert nmsim_main(["report", "--quiet", "--methods", "1d"]) == 0  # piped: every column
+    assert "2:4 kernel fwd/dX" in capsys.readouterr().out

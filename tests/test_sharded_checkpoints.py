@@ -546,7 +546,7 @@ def test_sigterm_during_a_sharded_write_leaves_the_previous_output(tmp_path):
     (folder / INDEX_NAME).write_text(json.dumps({"weight_map": weight_map}))
     out = tmp_path / "out"
     out.mkdir()
-    (out / "old.json").write_text("previous")
+    (out / INDEX_NAME).write_text("previous")  # a file the writer owns (issue 37: no other)
     command = [sys.executable, "-m", "nmref", "mask", str(folder), "-o", str(out), "--force"]
     command += ["--pattern", "2:4", "--transposable", "--quiet"]
     child = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, text=True)
@@ -561,7 +561,8 @@ def test_sigterm_during_a_sharded_write_leaves_the_previous_output(tmp_path):
     _, err = child.communicate(timeout=60)
     assert child.returncode == 128 + signal.SIGTERM, err
     assert sorted(os.listdir(tmp_path)) == ["m", "out"]
-    assert [p.name for p in out.iterdir()] == ["old.json"]
+    assert [p.name for p in out.iterdir()] == [INDEX_NAME]
+    assert (out / INDEX_NAME).read_text() == "previous"
 
 
 @pytest.mark.parametrize("extra", [[], ["--apply"], ["--transposable", "--apply"]])

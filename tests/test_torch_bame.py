@@ -238,3 +238,33 @@ def test_evolve_mask_trajectory_equals_nmref(options, n_m):
         )
         t_weight, t_mask, t_velocity, t_state = got.weight, got.mask, got.velocity, got.state
     assert changes > 0  # the trajectory really evolves the mask
+
+
+@pytest.mark.parametrize(
+    ("weight", "grad", "regrow_init", "what"),
+    [
+        (np.full((1, 4), 1e308), np.full((1, 4), 1e308), "zero", "the keep utility"),
+        (
+            np.array([[1e154, 1.0, 1e154, 0.0]]),
+            np.array([[1e154, 0.0, -1e154, 0.0]]),
+            "stale",
+            "a block's loss reduction R",
+        ),
+    ],
+)
+def test_scores_beyond_float64_are_refused_as_nmref_refuses_them(weight, grad, regrow_init, what):
+    # Issue 37: the same one rule and message as nmref.block_scores (tests/test_bame.py).
+    mask, candidates = np.array([[True, True, False, False]]), np.array([[True]])
+    options = dict(n=2, m=4, regrow_init=regrow_init)
+    with pytest.raises(ValueError) as expected:
+        reference.block_scores(weight, mask, grad, candidates, **options)
+    with pytest.raises(ValueError) as got:
+        bame.block_scores(
+            torch.from_numpy(weight),
+            torch.from_numpy(mask),
+            torch.from_numpy(grad),
+            torch.from_numpy(candidates),
+            **options,
+        )
+    assert str(got.value) == str(expected.value)
+    assert str(got.value).startswith(f"weight and grad are too large: {what} overflows")

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 import nmref
+from nmref import srste
 from nmref.testing import check_sparse_training
+from nmref.testing.cases import round_to_bfloat16
 
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
@@ -42,6 +44,26 @@ def test_srste_gradient_equals_the_reference_rule_bit_for_bit():
     weight = torch.tensor([float("inf"), 0.0, 0.0, 1.0])
     got = nt.srste_gradient(grad, weight, torch.tensor([False, True, False, True]), 0.0)
     assert torch.equal(got, grad) and torch.signbit(got[0])
+
+
+def test_srste_gradient_in_bfloat16_is_nmrefs_float32_answer_rounded_once():
+    # Issue 37: decay was rounded to bfloat16 (2.0027e-4) and each operation rounded in
+    # bfloat16, so this pruned entry gave 0.0250244140625 instead of nmref's float32 answer
+    # 0.02495872 rounded to bfloat16, 0.02490234375 (specs/torch.md T1).
+    grad = torch.tensor([-0.00024127960205078125, 0.0, 0.0, 1.0], dtype=torch.bfloat16)
+    weight = torch.tensor([126.0, 0.0, 0.0, 1.0], dtype=torch.bfloat16)
+    pruned = torch.zeros(4, dtype=torch.bool)
+    got = nt.srste_gradient(grad, weight, pruned, 2e-4)
+    assert got.dtype == torch.bfloat16
+    assert got.float().tolist() == [0.02490234375, 0.0, 0.0, 1.0]
+    generator = torch.Generator().manual_seed(3)
+    scale = torch.exp2(torch.randint(-8, 24, (64, 32), generator=generator).float())
+    weight = (torch.randn(64, 32, generator=generator) * scale).to(torch.bfloat16)
+    grad = torch.randn(64, 32, generator=generator).to(torch.bfloat16)
+    mask = nt.magnitude_mask(weight, 2, 4)
+    want = srste.srste_gradient(grad.float().numpy(), weight.float().numpy(), mask.numpy(), 2e-4)
+    got = nt.srste_gradient(grad, weight, mask, 2e-4)
+    np.testing.assert_array_equal(got.float().numpy(), round_to_bfloat16(want))
 
 
 @pytest.mark.slow

@@ -24,6 +24,21 @@ def test_verify_quick_passes_and_prints_the_table(capsys):
     assert "ok:" in out
 
 
+def test_verify_prints_one_progress_line_per_row_on_stderr_when_not_a_terminal(capsys):
+    # Issue 37: a first run took 7 min 15 s and printed nothing until the end when piped.
+    assert main(["verify", "--quick", "--only", "nm_mask"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    dtypes = conformance.SUITES["nm_mask"].dtypes
+    assert len(lines) == len(dtypes)
+    for index, (line, dtype) in enumerate(zip(lines, dtypes, strict=True), start=1):
+        assert line.startswith(f"nmsim verify [{index}/{len(dtypes)}] nm_mask {dtype}: ")
+        assert " 0 mismatches, " in line and line.endswith(" s elapsed)")
+    assert "nmsim verify [" not in captured.out  # the table stays clean on stdout
+    assert main(["verify", "--quick", "--only", "nm_mask", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_verify_exits_one_and_shows_the_counterexample(monkeypatch):
     from nmref.testing import check_nm_mask
     from tests.mutants.implementations import lower_index_loses_ties

@@ -74,7 +74,9 @@ def audit(
     ValueError
         If the pattern, shape, fill, kind or a method name is invalid; if a
         value is NaN or infinite; if ``kind="scores"`` and a score is negative;
-        if an integer score exceeds 2**53 in magnitude (not exact in float64).
+        if an integer score exceeds 2**53 in magnitude (not exact in float64); if
+        the sum of ``|matrix|`` exceeds half of float64's largest value (sums would
+        overflow).
     TypeError
         If the dtype is not bool, integer or float.
 
@@ -107,6 +109,15 @@ def audit(
         and np.abs(weights).max() > _LARGEST_EXACT_INTEGER
     ):
         raise ValueError("matrix: integer values above 2**53 in magnitude are not exact in float64")
+    with np.errstate(over="ignore"):
+        magnitude = float(np.abs(weights).sum(dtype=np.float64))
+    if not magnitude <= np.finfo(np.float64).max / 2:
+        # Then no kept sum, gap or total below can overflow (nor math.fsum's partials).
+        raise ValueError(
+            f"matrix: the sum of |matrix| is beyond float64's range (above "
+            f"{np.finfo(np.float64).max / 2:.4g}); the audit reports kept sums, gaps and "
+            "totals in float64 (spec A1): scale the matrix down"
+        )
     if kind == "scores" and weights.size and weights.min() < 0:
         raise ValueError(
             "kind='scores' needs non-negative scores (pass a weight with kind='weights')"

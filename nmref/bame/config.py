@@ -226,6 +226,14 @@ def raise_candidate_grad(row: int, column: int, m: int) -> NoReturn:
     )
 
 
+def raise_score_overflow(what: str) -> NoReturn:
+    """The scores of spec 3.2 left float64 (``what``: the keep utility or a block's ``R``)."""
+    raise ValueError(
+        f"weight and grad are too large: {what} overflows float64 (the scores multiply "
+        "grad by weight and grad by grad, spec 3.2); scale them down"
+    )
+
+
 def check_selection(
     scores_shape: tuple[int, ...], candidates_shape: tuple[int, ...], budget: object
 ) -> None:

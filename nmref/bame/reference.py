@@ -12,7 +12,7 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike
 
-from nmref.bame.config import BameConfig, BameState
+from nmref.bame.config import BameConfig, BameState, raise_score_overflow
 from nmref.bame.evolve import Evolution, resolve_lookahead
 from nmref.bame.schedule import adaptation_budget, check_update_step
 from nmref.bame.scores import _validated_inputs
@@ -77,6 +77,8 @@ def evolve_mask_reference(
             else:
                 v = wc if config.regrow_init == "stale" else 0.0
                 u.append((-(gc * v) - half_c * (v * v)) + eta * (gc * gc))
+        if not all(math.isfinite(x) for x in u):
+            raise_score_overflow("the keep utility")
         # Step 3: best adaptation of this block.
         if n in (0, m):
             new_kept, gain = kept, 0.0
@@ -96,6 +98,8 @@ def evolve_mask_reference(
                     + (u[p] if new_kept[p] and not kept[p] else 0.0)
                     - (u[p] if kept[p] and not new_kept[p] else 0.0)
                 )
+        if not math.isfinite(gain):
+            raise_score_overflow("a block's loss reduction R")
         if not gain > 0:  # no strict improvement: keep the current pattern
             new_kept, gain = kept, 0.0
         reduction[r, b] = gain

@@ -23,6 +23,7 @@ from nmref.bame.config import (
     check_operand_shapes,
     check_utility_settings,
     raise_candidate_grad,
+    raise_score_overflow,
 )
 from nmref.masks import is_nm, nm_mask
 from nmref.patterns import check_pattern
@@ -177,7 +178,8 @@ def block_scores(
         Non-float weight/grad, non-bool mask.
     ValueError
         Shapes differ; mask not exactly N:M; non-finite weight; gradient not
-        finite inside a candidate block; non-finite utility (overflow).
+        finite inside a candidate block; a utility or a block's ``R`` beyond float64
+        (overflow; the message names weight and grad).
 
     Notes
     -----
@@ -222,7 +224,7 @@ def block_scores(
         curvature=curvature,
     )
     if not np.isfinite(utility[expanded]).all():
-        raise ValueError("keep utility overflowed (|g| or |w| too large for float64 products)")
+        raise_score_overflow("the keep utility")
     utility = np.where(expanded, utility, np.nan)
 
     reduction = np.zeros(candidate_array.shape, dtype=np.float64)
@@ -232,19 +234,23 @@ def block_scores(
 
     u = _blocks(utility, m)[candidate_array]  # (num_candidates, m)
     kept = _blocks(mask_array, m)[candidate_array]
-    if swap_rule == "single_swap":
-        new_kept, gain = _single_swap(u, kept)
-    else:
-        new_kept = nm_mask(u, pattern.n, pattern.m)
-        gain = np.zeros(u.shape[0], dtype=np.float64)
-        for position in range(m):  # index order, as the spec's sum
-            delta = new_kept[:, position].astype(np.int8) - kept[:, position].astype(np.int8)
-            # (gain + added) - removed: the oracle's operation order, for identical sums.
-            gain = (gain + np.where(delta > 0, u[:, position], 0.0)) - np.where(
-                delta < 0, u[:, position], 0.0
-            )
+    # An overflowing R is refused below, not warned about here.
+    with np.errstate(over="ignore"):
+        if swap_rule == "single_swap":
+            new_kept, gain = _single_swap(u, kept)
+        else:
+            new_kept = nm_mask(u, pattern.n, pattern.m)
+            gain = np.zeros(u.shape[0], dtype=np.float64)
+            for position in range(m):  # index order, as the spec's sum
+                delta = new_kept[:, position].astype(np.int8) - kept[:, position].astype(np.int8)
+                # (gain + added) - removed: the oracle's operation order, for identical sums.
+                gain = (gain + np.where(delta > 0, u[:, position], 0.0)) - np.where(
+                    delta < 0, u[:, position], 0.0
+                )
     # Keeping the current pattern is always an option (R = 0): a block whose best
     # adaptation does not strictly reduce the estimated loss proposes no change.
+    if not np.isfinite(gain).all():
+        raise_score_overflow("a block's loss reduction R")
     improves = gain > 0
     reduction[candidate_array] = np.where(improves, gain, 0.0)
     block_view = _blocks(proposed, m)

@@ -45,8 +45,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from nmref.cli import audit, check, demo, explain, mask, permute
 from nmref.cli.common import CommandError
+from nmref.cli.messages import OneLineParser
 
 __all__ = ["CommandError", "build_parser", "main"]
 
@@ -55,7 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     """Build the ``nmref`` argument parser."""
     from nmref import __version__
 
-    parser = argparse.ArgumentParser(prog="nmref", description="Exact N:M sparsity masks.")
+    # the commands are imported here, not at the top: nmsim imports nmref.cli.messages for
+    # its parser without loading every nmref command
+    from nmref.cli import audit, check, demo, explain, mask, permute
+
+    parser = OneLineParser(prog="nmref", description="Exact N:M sparsity masks.")
     parser.add_argument("--version", action="version", version=f"nmref {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     mask.add_parser(subparsers)
@@ -68,9 +72,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``nmref``; returns the exit status (0 ok, 1 invalid mask, 2 error)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run ``nmref``; returns the exit status (0 ok, 1 invalid mask, 2 error, 130 interrupted)."""
+    from nmref._startup import restore_interrupt
+    from nmref.cli.messages import command_parser, in_flag_words, was_interrupted
+    from nmref.io.printable import printable
+
+    try:
+        restore_interrupt()  # from here a Ctrl-C unwinds as KeyboardInterrupt (nmref/_startup.py)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        print("nmref: interrupted", file=sys.stderr)
+        return 130
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2
@@ -81,12 +94,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.func(args))
     except ImportError as error:
         # an optional dependency the command needs is missing: the environment, not the input
-        print(f"nmref: error: {error}", file=sys.stderr)
+        print(f"nmref: error: {printable(str(error))}", file=sys.stderr)
         return 3
-    except (CommandError, ValueError, TypeError, OSError) as error:
-        from nmref.cli.messages import in_flag_words
-
-        print(f"nmref: error: {in_flag_words(str(error), parser)}", file=sys.stderr)
+    except (CommandError, ValueError, TypeError, OSError, SystemError) as error:
+        if was_interrupted(error):  # a Ctrl-C inside a Numba kernel arrives as a SystemError
+            print("nmref: interrupted", file=sys.stderr)
+            return 130
+        if isinstance(error, SystemError):
+            raise
+        message = in_flag_words(str(error), command_parser(parser, args.command))
+        print(f"nmref: error: {printable(message)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("nmref: interrupted", file=sys.stderr)

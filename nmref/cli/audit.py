@@ -21,6 +21,7 @@ from nmref.cli.common import (
     nothing_selected,
     report_skipped,
     selected_records,
+    tensor_error,
 )
 from nmref.layouts import default_layout, to_reduction_matrix
 
@@ -46,7 +47,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "audit", help="audit transposable N:M methods against certified optima"
     )
     sub.add_argument("input", help=".npy, .npz or .safetensors file")
-    add_filters(sub)
+    add_filters(sub, weights=True)
     sub.add_argument(
         "--methods",
         type=parse_methods,
@@ -79,9 +80,7 @@ def run_audit(args: argparse.Namespace) -> int:
         try:
             result = audit(matrix, pattern, methods=args.methods, fill=args.fill)
         except (ValueError, TypeError) as error:
-            raise CommandError(
-                f"tensor {record.name!r} {tuple(record.array.shape)}: {error}"
-            ) from error
+            raise tensor_error(record.name, record.array.shape, error) from error
         tensors.append(record.name)
         results.append(result)
     if not results:

@@ -8,18 +8,23 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import sys
 from collections.abc import Iterator
 
+from nmref.cli.messages import pattern_argument
 from nmref.io.checkpoints import TensorRecord
+from nmref.io.narrow_floats import NARROW_FLOATS
+from nmref.io.printable import printable
 from nmref.io.progress import WorkProgress
+from nmref.io.selection import embedding_skip_reason
 from nmref.layouts import LAYOUTS, default_layout
-from nmref.patterns import Pattern, parse_pattern
 
 __all__ = [
     "MASKABLE",
     "CommandError",
     "add_filters",
+    "default_skip_reason",
     "nothing_selected",
     "passes_filters",
     "pattern_argument",
@@ -28,6 +33,7 @@ __all__ = [
     "report_skipped",
     "resolved_layout",
     "selected_records",
+    "tensor_error",
     "tile_count",
 ]
 
@@ -36,15 +42,15 @@ class CommandError(Exception):
     """An error reported to the user as one line, exit status 2."""
 
 
-#: Stored dtypes ``nmref mask`` computes masks of (the float dtypes the readers give).
-MASKABLE = ("float16", "bfloat16", "float32", "float64")
-
-
-def pattern_argument(text: str) -> Pattern:
-    try:
-        return parse_pattern(text)
-    except (ValueError, TypeError) as error:
-        raise argparse.ArgumentTypeError(str(error)) from error
+#: Stored dtypes ``nmref mask`` computes masks of (the float dtypes the readers give; bfloat16,
+#: float8 and float4 are read as their exact float32 values).
+MASKABLE = (
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    *(narrow.name for narrow in NARROW_FLOATS.values()),
+)
 
 
 def regex_argument(text: str) -> re.Pattern[str]:
@@ -54,8 +60,10 @@ def regex_argument(text: str) -> re.Pattern[str]:
         raise argparse.ArgumentTypeError(f"invalid regular expression {text!r}: {error}") from error
 
 
-def add_filters(sub: argparse.ArgumentParser) -> None:
-    """Add ``--pattern``, ``--layout``, ``--remainder``, ``--include``, ``--exclude``."""
+def add_filters(sub: argparse.ArgumentParser, *, weights: bool = False) -> None:
+    """Add ``--pattern``, ``--layout``, ``--remainder``, ``--include``, ``--exclude``, and for a
+    command that reads weights (``weights=True``) ``--embeddings``
+    (:mod:`nmref.io.selection`, the rule ``nmsim report`` applies too)."""
     sub.add_argument(
         "--pattern", type=pattern_argument, required=True, help="N:M, N kept of M, e.g. 2:4"
     )
@@ -73,12 +81,36 @@ def add_filters(sub: argparse.ArgumentParser) -> None:
     )
     sub.add_argument("--include", type=regex_argument, help="only tensors whose name matches")
     sub.add_argument("--exclude", type=regex_argument, help="skip tensors whose name matches")
+    if weights:
+        sub.add_argument(
+            "--embeddings",
+            action="store_true",
+            help="also select embedding tables (names containing 'embed'), left out by default "
+            "as in nmsim report",
+        )
 
 
 def passes_filters(name: str, args: argparse.Namespace) -> bool:
     if args.include is not None and not args.include.search(name):
         return False
     return args.exclude is None or not args.exclude.search(name)
+
+
+def default_skip_reason(name: str, args: argparse.Namespace) -> str | None:
+    """Why the default selection leaves out a tensor the name filters passed, or ``None``.
+
+    Commands that read weights have ``--embeddings``; a command without it (``check`` reads
+    masks) checks every tensor it is given.
+    """
+    return embedding_skip_reason(name, embeddings=getattr(args, "embeddings", True))
+
+
+def tensor_error(name: str, shape: tuple[int, ...], error: Exception) -> CommandError:
+    """The one-line error for a tensor the command cannot process, naming ``--exclude``."""
+    exclude = shlex.quote(f"^{re.escape(name)}$")
+    return CommandError(
+        f"tensor {name!r} {tuple(shape)}: {error}; leave it out with --exclude {exclude}"
+    )
 
 
 def selected_records(
@@ -90,6 +122,10 @@ def selected_records(
     for record in iter_input(path):
         if not passes_filters(record.name, args):
             args.filtered_out += 1
+            continue
+        reason = default_skip_reason(record.name, args)
+        if reason is not None:
+            skipped.append(f"{record.name} ({reason})")
             continue
         if record.array.ndim < 2:
             skipped.append(f"{record.name} (ndim={record.array.ndim})")
@@ -113,6 +149,7 @@ def progress_for(
         info
         for info in infos
         if passes_filters(info.name, args)
+        and default_skip_reason(info.name, args) is None
         and len(info.shape) >= 2
         and (not need_float or info.source_dtype in MASKABLE)
     ]
@@ -143,6 +180,9 @@ def nothing_selected(path: str, args: argparse.Namespace, skipped: list[str], ne
             f"no tensor of {path!r} passes {filters} ({args.filtered_out} tensor(s) "
             "filtered out by name)"
         )
+    if skipped:
+        more = f" and {len(skipped) - 1} more" if len(skipped) > 1 else ""
+        return f"no eligible tensor in {path!r} (need {need}); skipped {skipped[0]}{more}"
     return f"no eligible tensor in {path!r} (need {need})"
 
 
@@ -154,4 +194,5 @@ def report_skipped(skipped: list[str]) -> None:
     if skipped:
         more = f", ... ({len(skipped) - 5} more)" if len(skipped) > 5 else ""
         shown = ", ".join(skipped[:5]) + more
-        print(f"skipped {len(skipped)} tensor(s) not eligible: {shown}", file=sys.stderr)
+        # names come from files: a NUL or an escape byte is shown escaped, never raw
+        print(f"skipped {len(skipped)} tensor(s) not eligible: {printable(shown)}", file=sys.stderr)

@@ -9,7 +9,7 @@ import json
 import numpy as np
 from numpy.typing import NDArray
 
-from nmref.cli.common import pattern_argument
+from nmref.cli.common import CommandError, pattern_argument
 from nmref.explain import (
     ALGORITHMS,
     explain_bimask,
@@ -36,8 +36,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default="0,0",
         help="transposable: the tile ROW,COL (in tiles) of a larger matrix (default 0,0)",
     )
-    explain.add_argument(
-        "--magnitude", action="store_true", help="use |values| as the scores (nm_mask, tiles)"
+    scores = explain.add_mutually_exclusive_group()
+    scores.add_argument(
+        "--magnitude",
+        dest="signed",
+        action="store_false",
+        default=False,
+        help="nm_mask, transposable: rank |values|, as nmref mask ranks weights (the default)",
+    )
+    scores.add_argument(
+        "--signed",
+        dest="signed",
+        action="store_true",
+        help="nm_mask, transposable: rank the values as they are (scores, not weights)",
     )
     explain.add_argument(
         "--candidates", type=int, default=10, help="bimask: random permutations (0: identity)"
@@ -84,17 +95,33 @@ def _tile(array: NDArray, where: str, m: int) -> NDArray:
 
 def run_explain(args: argparse.Namespace) -> int:
     """``nmref explain``: print the trace (or ``--json``); exit 0."""
+    if args.algorithm == "bimask" and args.signed:
+        raise CommandError("--signed applies to nm_mask and transposable; bimask ranks |weights|")
     array = _read_tensor(args.input, args.name)
     n, m = args.pattern.n, args.pattern.m
     if args.algorithm == "transposable":
         tile = _tile(array, args.tile, m)
-        explanation = explain_transposable(np.abs(tile) if args.magnitude else tile, n, m)
+        explanation = explain_transposable(tile if args.signed else np.abs(tile), n, m)
     elif args.algorithm == "nm_mask":
-        explanation = explain_nm_mask(np.abs(array) if args.magnitude else array, n, m)
+        explanation = explain_nm_mask(array if args.signed else np.abs(array), n, m)
     else:
         explanation = explain_bimask(array, n, m, candidates=args.candidates, rng=args.seed)
+    scores = _scores_used(args)
     if args.json:
-        print(json.dumps(explanation, indent=1))
+        print(json.dumps({"scores": scores[0], **explanation}, indent=1))
     else:
+        print(f"Scores: {scores[1]}")
         print(render_text(explanation), end="")
     return 0
+
+
+def _scores_used(args: argparse.Namespace) -> tuple[str, str]:
+    """What the trace ranked: ``(key, sentence)``; the key is the JSON's ``"scores"``."""
+    if args.algorithm == "bimask":
+        return "magnitude", "|values|, as Bi-Mask ranks weights."
+    if args.signed:
+        return "signed", "the values as they are (--signed); nmref mask ranks |values| instead."
+    return (
+        "magnitude",
+        "|values|, as nmref mask ranks weights (--signed ranks the values as they are).",
+    )

@@ -14,12 +14,14 @@ from nmref.cli.common import (
     MASKABLE,
     CommandError,
     add_filters,
+    default_skip_reason,
     nothing_selected,
     passes_filters,
     progress_for,
     report_skipped,
     resolved_layout,
     selected_records,
+    tensor_error,
     tile_count,
 )
 from nmref.io.checkpoints import FORMATS, TensorInfo, TensorRecord, write_tensors
@@ -45,7 +47,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="output file (.npy/.npz/.safetensors); for a model folder input, a folder "
         "(sharded like the input, with its own index)",
     )
-    add_filters(mask)
+    add_filters(mask, weights=True)
     mask.add_argument(
         "--transposable",
         action="store_true",
@@ -71,7 +73,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=1,
         metavar="N",
-        help="N > 1: a local Dask cluster of N single-threaded worker processes",
+        help="N > 1: a local Dask cluster of N single-threaded worker processes (at most the "
+        "CPU cores this process may use: more is capped, and said)",
     )
     mask.set_defaults(func=run_mask)
 
@@ -83,6 +86,11 @@ def run_mask(args: argparse.Namespace) -> int:
     pattern: Pattern = args.pattern
     if args.workers < 1:
         raise CommandError(f"--workers {args.workers} must be >= 1")
+    if args.scheduler in (None, "local", "local-threads"):
+        from nmref.io.workers import capped_workers
+
+        # a local cluster: never more worker processes than cores (one line says so)
+        args.workers = capped_workers(args.workers)
     if is_model_input(args.input) and Path(args.output).suffix.lower() not in FORMATS:
         return _run_mask_sharded(args)
     # Fail before the work when the output cannot be written (checked again on writing).
@@ -98,7 +106,7 @@ def run_mask(args: argparse.Namespace) -> int:
         items = _listed(args, skipped)
         with _masks_in_order(args, items) as compute, progress:
             for _, info in items:
-                outputs[info.name] = compute(info.name)
+                _keep(outputs, info.name, compute(info.name), args)
                 progress.advance(
                     info.name,
                     stored_bytes(info.shape, info.source_dtype),
@@ -136,9 +144,7 @@ def _mask_of(record: TensorRecord, args: argparse.Namespace) -> np.ndarray:
                 record.array, pattern.n, pattern.m, layout=layout, remainder=args.remainder
             )
     except (ValueError, TypeError) as error:
-        raise CommandError(
-            f"tensor {record.name!r} {tuple(record.array.shape)}: {error}"
-        ) from error
+        raise tensor_error(record.name, record.array.shape, error) from error
     return np.where(mask, record.array, 0) if args.apply else mask
 
 
@@ -178,7 +184,7 @@ def _masks_in_order(
             try:
                 got, mask = next(stream)
             except (ValueError, TypeError) as error:
-                raise CommandError(f"tensor {name!r} {shapes[name]}: {error}") from error
+                raise tensor_error(name, shapes[name], error) from error
             if got != name:  # pragma: no cover - the stream keeps the order it was given
                 raise RuntimeError(f"distributed masks out of order: {got!r} for {name!r}")
             if args.apply:
@@ -193,6 +199,8 @@ def _maskable(info: TensorInfo, args: argparse.Namespace, skipped: list[str]) ->
     ``args.filtered_out`` and records why a selected tensor is skipped."""
     if not passes_filters(info.name, args):
         args.filtered_out += 1
+    elif (reason := default_skip_reason(info.name, args)) is not None:
+        skipped.append(f"{info.name} ({reason})")
     elif len(info.shape) < 2:
         skipped.append(f"{info.name} (ndim={len(info.shape)})")
     elif info.source_dtype not in MASKABLE:
@@ -315,7 +323,8 @@ def _run_mask_streamed(args: argparse.Namespace) -> int:
 
 def _masked_dtype(source_dtype: str) -> str:
     """The dtype of ``np.where(mask, weights, 0)`` for weights read from ``source_dtype``."""
-    return "float32" if source_dtype == "bfloat16" else source_dtype
+    # bfloat16, float8 and float4 are read as float32 (nmref.io.checkpoints)
+    return source_dtype if source_dtype in ("float16", "float32", "float64") else "float32"
 
 
 def _listed(args: argparse.Namespace, skipped: list[str]) -> list[tuple[str, TensorInfo]]:
@@ -336,6 +345,19 @@ def _listed(args: argparse.Namespace, skipped: list[str]) -> list[tuple[str, Ten
     return items
 
 
+def _keep(
+    outputs: dict[str, np.ndarray], name: str, array: np.ndarray, args: argparse.Namespace
+) -> None:
+    """Add one output tensor; two input tensors read under one name are an error (the
+    second would silently replace the first: "wrote 2 tensor(s)" of 3)."""
+    if name in outputs:
+        raise CommandError(
+            f"{args.input!r} holds two tensors read as {name!r} (e.g. a nested .pt key "
+            "'a': {'b': ...} beside 'a.b'); one would be lost: rename one"
+        )
+    outputs[name] = array
+
+
 def _masked_here(
     args: argparse.Namespace,
     outputs: dict[str, np.ndarray],
@@ -345,7 +367,7 @@ def _masked_here(
     """Mask every selected tensor of ``args.input`` in this process, one at a time."""
     with progress:
         for record in selected_records(args.input, args, need_float=True, skipped=skipped):
-            outputs[record.name] = _mask_of(record, args)
+            _keep(outputs, record.name, _mask_of(record, args), args)
             progress.advance(
                 record.name,
                 stored_bytes(record.array.shape, record.source_dtype),

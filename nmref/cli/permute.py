@@ -37,6 +37,7 @@ def run_permute(args: argparse.Namespace) -> int:
     """``nmref permute``: channel permutations of a model folder, written atomically."""
     import json
 
+    from nmref._json_toml import load_json
     from nmref.io.checkpoints import check_regular_file
     from nmref.permutation.checkpoint import LLAMA_STYLE, permute_checkpoint
 
@@ -52,7 +53,7 @@ def run_permute(args: argparse.Namespace) -> int:
     if args.block_stripes < 0:
         raise CommandError(f"--block-stripes {args.block_stripes} must be >= 0 (0: no blocks)")
     try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
+        config = load_json(config_path.read_text(encoding="utf-8"), repr(str(config_path)))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CommandError(f"{str(config_path)!r} is not valid JSON: {error}") from error
     if not isinstance(config, dict):

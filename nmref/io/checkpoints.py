@@ -3,7 +3,9 @@
 Tensors are streamed one at a time (``.safetensors`` through memory maps), so a
 multi-GB checkpoint is processed in bounded memory. NumPy has no bfloat16, so
 BF16 tensors are read as their **exact** float32 upcast (bfloat16 is the top
-half of a float32) and reported with ``source_dtype="bfloat16"``. Writes are
+half of a float32) and reported with ``source_dtype="bfloat16"``; float8 and
+float4 tensors likewise (:mod:`nmref.io.narrow_floats`). ``.npy``/``.npz``
+arrays come in native byte order; raw-byte (void) arrays are refused. Writes are
 atomic (a temporary file in the target folder, then a rename) and never
 replace the input file.
 
@@ -15,17 +17,27 @@ non-tensor entries are ignored.
 
 Besides streaming everything (:func:`iter_tensors`), :func:`list_tensors` reads
 names, shapes and dtypes without the data, and :func:`read_tensor` reads one
-tensor by name, so that separate processes can share the work on one file.
+tensor by name, so that separate processes can share the work on one file. A
+``.safetensors`` header is parsed, validated and the file mapped once, then reused
+while the file is unchanged: reading n tensors by name costs O(n), not O(n^2).
+
+One memory rule covers every format (:func:`check_memory_budget`): a tensor built in
+memory (an ``.npz`` member, a ``.pt`` view whose strides repeat bytes) must fit
+``NMREF_MEMORY_BUDGET_GIB``, checked on its logical size before it is built; one whose
+every byte is the file's own, memory-mapped, costs what the file holds.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import math
+import mmap
 import os
 import pickle
 import struct
+import threading
 import zipfile
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +45,9 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
+from nmref._json_toml import load_json
+from nmref.io.narrow_floats import NARROW_FLOATS
+from nmref.io.narrow_floats import decode as decode_narrow_float
 from nmref.io.output import output_file, write_output
 
 __all__ = [
@@ -96,7 +111,7 @@ def _safetensors_header(path: Path) -> tuple[dict, int]:
                 f"its header length {header_size} runs past the end of the file (truncated, "
                 "or a lying header)"
             )
-        header = json.loads(handle.read(header_size))
+        header = load_json(handle.read(header_size), "its header")
     if not isinstance(header, dict):
         raise ValueError("its header is not a JSON object")
     return header, 8 + header_size
@@ -113,13 +128,105 @@ def _safe_open(path: Path) -> object:
     return safe_open(str(path), framework="np")
 
 
-def _bf16_upcast(path: Path, name: str) -> TensorRecord:
+@dataclass(frozen=True)
+class _SafetensorsIndex:
+    """A ``.safetensors`` file's header, validated: ``entries`` maps each tensor's name to
+    its record (``dtype``, ``shape``, ``data_offsets``); the data starts at ``data_start``
+    of ``data``, the whole file mapped read-only once (one ``np.memmap`` per tensor cost
+    more than the mask of a small tensor)."""
+
+    entries: dict[str, dict]
+    data_start: int
+    data: mmap.mmap | bytes
+
+    def array(self, dtype: np.dtype | str, begin: int, shape: tuple[int, ...]) -> NDArray:
+        """The read-only array of ``shape`` at byte ``begin`` of the data (no copy)."""
+        dtype = np.dtype(dtype)
+        count = math.prod(shape)
+        if count == 0:
+            return np.zeros(shape, dtype=dtype)
+        offset = self.data_start + begin
+        return np.frombuffer(self.data, dtype=dtype, count=count, offset=offset).reshape(shape)
+
+
+#: Headers parsed lately, keyed by the file's identity (device, inode, size, times), so that
+#: reading a file tensor by tensor parses its header once. Parsed per tensor, a file of n
+#: tensors cost O(n^2): 100,000 small tensors (a 10 MB header) ran for hours.
+_INDEXES: OrderedDict[tuple[int, ...], _SafetensorsIndex] = OrderedDict()
+_INDEXES_KEPT = 4
+_INDEXES_LOCK = threading.Lock()
+
+
+def _unlock_after_fork() -> None:
+    """A forked child gets a fresh lock: one held by another thread at the fork stays held."""
+    global _INDEXES_LOCK
+    _INDEXES_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_unlock_after_fork)
+
+
+def _safetensors_index(path: Path) -> _SafetensorsIndex:
+    """The validated header of ``path``: read once, reused while the file is unchanged.
+
+    The container check every reader applies (``nmsim convert`` too): every entry a tensor
+    record inside the file, then safetensors' own validation on opening (known dtypes,
+    shapes against offsets, offsets that tile the data: no gap, overlap or trailing bytes).
+    The file is known by device, inode, size and times: one rewritten in place to the same
+    size within the filesystem's timestamp granularity would be served stale (every writer
+    here replaces a file, giving it a new inode).
+    """
+    status = os.stat(path)
+    key = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+    with _INDEXES_LOCK:
+        index = _INDEXES.get(key)
+        if index is not None:
+            _INDEXES.move_to_end(key)
+            return index
     header, data_start = _safetensors_header(path)
-    entry = header[name]
+    header.pop("__metadata__", None)
+    for name, entry in header.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("data_offsets"), list):
+            _safetensors_refusal(path)
+        if data_start + entry["data_offsets"][1] > status.st_size:
+            raise ValueError(f"tensor {name!r} runs past the end of the file (truncated)")
+    # safetensors validates the rest (dtypes, shapes against offsets, gaps and overlaps)
+    with _safe_open(path):
+        pass
+    with open(path, "rb") as handle:
+        # mmap refuses an empty file; a header-only file has no data to map
+        size = os.fstat(handle.fileno()).st_size
+        data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    index = _SafetensorsIndex(header, data_start, data)
+    with _INDEXES_LOCK:
+        _INDEXES[key] = index
+        while len(_INDEXES) > _INDEXES_KEPT:
+            _INDEXES.popitem(last=False)
+    return index
+
+
+def check_safetensors_file(path: str | os.PathLike[str]) -> None:
+    """Apply the readers' container validation to a ``.safetensors`` file (headers only).
+
+    Raises
+    ------
+    ValueError
+        Naming the path, if the header is not JSON tensor records, a record runs past the
+        file, or safetensors refuses it (gaps, overlaps, trailing bytes, a shape that does
+        not match its offsets, an unknown dtype).
+    FileNotFoundError
+        As :func:`iter_tensors`.
+    """
+    path = _existing(path)
+    with _file_errors(path):
+        _safetensors_index(path)
+
+
+def _bf16_upcast(path: Path, index: _SafetensorsIndex, name: str) -> TensorRecord:
+    entry = index.entries[name]
     begin, end = entry["data_offsets"]
-    raw = np.memmap(
-        path, dtype="<u2", mode="r", offset=data_start + begin, shape=((end - begin) // 2,)
-    )
+    raw = index.array("<u2", begin, ((end - begin) // 2,))
     # bfloat16 bits are the high half of the float32 with the same value; shifted in
     # place, so the upcast is one float32 copy (a `<< 16` expression made a second one)
     bits = raw.astype(np.uint32)
@@ -144,19 +251,17 @@ _MAPPABLE = {
 }
 
 
-def _safetensors_record(path: Path, handle: object, name: str) -> TensorRecord:
+def _safetensors_record(path: Path, index: _SafetensorsIndex, name: str) -> TensorRecord:
     """One tensor, memory-mapped read-only where its dtype allows (no copy in memory).
 
-    ``safe_open`` has validated the header and offsets when the file was opened;
-    ``get_tensor`` would copy the whole tensor into memory, which doubled the peak of
-    reading a large checkpoint.
+    The header was validated once (:func:`_safetensors_index`); ``get_tensor`` would copy
+    the whole tensor into memory, which doubled the peak of reading a large checkpoint.
     """
-    kind = handle.get_slice(name).get_dtype()  # type: ignore[attr-defined]
+    kind = index.entries[name]["dtype"]
     if kind == "BF16":
-        return _bf16_upcast(path, name)
+        return _bf16_upcast(path, index, name)
     if kind in _MAPPABLE:
-        header, data_start = _safetensors_header(path)
-        entry = header[name]
+        entry = index.entries[name]
         begin, end = entry["data_offsets"]
         dtype = np.dtype(_MAPPABLE[kind])
         shape = tuple(int(d) for d in entry["shape"])
@@ -166,26 +271,38 @@ def _safetensors_record(path: Path, handle: object, name: str) -> TensorRecord:
                 f"tensor {name!r} declares shape {shape} {kind} ({count * dtype.itemsize} "
                 f"bytes) but its offsets span {end - begin} bytes"
             )
-        if count == 0:
-            array = np.zeros(shape, dtype=dtype)
-        else:
-            array = np.memmap(path, dtype=dtype, mode="r", offset=data_start + begin, shape=shape)
+        array = index.array(dtype, begin, shape)
         return TensorRecord(name, array, str(dtype.newbyteorder("=")))
-    array = handle.get_tensor(name)  # type: ignore[attr-defined]
+    if kind in NARROW_FLOATS:  # float8/float4: no NumPy dtype; exact float32 values
+        entry = index.entries[name]
+        begin, end = entry["data_offsets"]
+        raw = index.array("|u1", begin, (end - begin,))
+        try:
+            values = decode_narrow_float(raw, kind, tuple(int(d) for d in entry["shape"]))
+        except ValueError as error:
+            raise ValueError(f"tensor {name!r} {error}") from None
+        return TensorRecord(name, values, NARROW_FLOATS[kind].name)
+    if kind != "C64":  # safetensors' NumPy reader has no dtype for the rest (F6_E2M3, ...)
+        raise _UnreadableDtype(
+            f"path={str(path)!r}: tensor {name!r} is stored as {kind}, which nmref cannot "
+            f"read (it reads {', '.join(sorted({*_SAFETENSORS_DTYPES, 'C64'}))})"
+        )
+    with _safe_open(path) as handle:
+        array = handle.get_tensor(name)  # type: ignore[attr-defined]
     return TensorRecord(name, array, str(array.dtype))
 
 
 def _iter_safetensors(path: Path) -> Iterator[TensorRecord]:
-    with _safe_open(path) as handle:
-        for name in handle.keys():
-            yield _safetensors_record(path, handle, name)
+    index = _safetensors_index(path)
+    for name in sorted(index.entries):  # safetensors' order: by name
+        yield _safetensors_record(path, index, name)
 
 
 def _read_safetensors(path: Path, name: str) -> TensorRecord:
-    with _safe_open(path) as handle:
-        if name not in handle.keys():
-            raise _missing(path, name)
-        return _safetensors_record(path, handle, name)
+    index = _safetensors_index(path)
+    if name not in index.entries:
+        raise _missing(path, name)
+    return _safetensors_record(path, index, name)
 
 
 def read_tensor_rows(
@@ -209,12 +326,11 @@ def read_tensor_rows(
         record = read_tensor(path, name)
         return TensorRecord(name, record.array[start:stop], record.source_dtype)
     with _file_errors(path):
-        with _safe_open(path) as handle:
-            if name not in handle.keys():
-                raise _missing(path, name)
-            kind = handle.get_slice(name).get_dtype()  # type: ignore[attr-defined]
-        header, data_start = _safetensors_header(path)
-        entry = header[name]
+        index = _safetensors_index(path)
+        if name not in index.entries:
+            raise _missing(path, name)
+        entry, data_start = index.entries[name], index.data_start
+        kind = entry["dtype"]
         shape = tuple(int(d) for d in entry["shape"])
         if not shape or not 0 <= start <= stop:
             raise ValueError(f"tensor {name!r} {shape}: rows {start}:{stop} cannot be read")
@@ -231,12 +347,12 @@ def read_tensor_rows(
             dtype = np.float32 if kind == "BF16" else np.dtype(_MAPPABLE[kind])
             return TensorRecord(name, np.zeros(band, dtype), _source_name(kind))
         if kind == "BF16":
-            raw = np.memmap(path, dtype="<u2", mode="r", offset=begin, shape=band)
+            raw = index.array("<u2", begin - data_start, band)
             bits = raw.astype(np.uint32)
             bits <<= 16
             return TensorRecord(name, bits.view(np.float32), "bfloat16")
         dtype = np.dtype(_MAPPABLE[kind])
-        array = np.memmap(path, dtype=dtype, mode="r", offset=begin, shape=band)
+        array = index.array(dtype, begin - data_start, band)
         return TensorRecord(name, array, _source_name(kind))
 
 
@@ -244,17 +360,63 @@ def _source_name(kind: str) -> str:
     return "bfloat16" if kind == "BF16" else str(np.dtype(_MAPPABLE[kind]).newbyteorder("="))
 
 
+class _BadBudgetSetting(ValueError):
+    """``NMREF_MEMORY_BUDGET_GIB`` is not a usable number: the environment's fault, never
+    reported as a fault of the file being read."""
+
+
 def memory_budget() -> int:
-    """Largest array (bytes) a reader decompresses into memory: ``NMREF_MEMORY_BUDGET_GIB``
-    (default 4 GiB). Memory-mapped formats (``.npy``, ``.safetensors``) are not bounded by it."""
+    """Largest tensor (bytes) a reader builds in memory: ``NMREF_MEMORY_BUDGET_GIB``
+    (default 4 GiB). The rule that applies it is :func:`check_memory_budget`.
+
+    Raises
+    ------
+    ValueError
+        Naming the variable, if it is not a finite number of GiB above 0 (``inf``,
+        ``1e400``, ``nan``, text).
+    """
     raw = os.environ.get("NMREF_MEMORY_BUDGET_GIB", "4")
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"NMREF_MEMORY_BUDGET_GIB={raw!r} must be a number of GiB") from None
-    if not value > 0:
-        raise ValueError(f"NMREF_MEMORY_BUDGET_GIB={raw!r} must be > 0")
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise _BadBudgetSetting(
+            f"NMREF_MEMORY_BUDGET_GIB={raw!r} must be a finite number of GiB above 0 "
+            "(the largest tensor a reader builds in memory; default 4)"
+        )
     return int(value * 2**30)
+
+
+class _OverBudget(ValueError):
+    """A valid file holding a tensor over the memory budget (not "not a valid file")."""
+
+
+def check_memory_budget(what: str, logical_bytes: int, *, mapped_bytes: int = 0) -> None:
+    """The one memory rule of every reader, applied before a tensor is materialised.
+
+    A tensor whose logical size (elements times item size, as stored) is all distinct bytes
+    of the file, memory-mapped (``logical_bytes <= mapped_bytes``: ``.npy``,
+    ``.safetensors``, a ``.pt`` tensor whose strides repeat no byte), costs what the file
+    holds and is not bounded. Any other is built in memory and must fit
+    :func:`memory_budget`: an ``.npz`` member (inflated), a ``.pt`` view whose strides
+    repeat its bytes (``torch.zeros(1).expand(40000, 40000)``: a 1.6 KB file, 6.4 GB
+    logical).
+
+    Raises
+    ------
+    ValueError
+        ``"{what} would take X GiB in memory, over the B GiB budget; set
+        NMREF_MEMORY_BUDGET_GIB to raise it"``; or naming the variable when it is not a
+        number (:func:`memory_budget`).
+    """
+    budget = memory_budget()
+    if logical_bytes <= mapped_bytes or logical_bytes <= budget:
+        return
+    raise _OverBudget(
+        f"{what} would take {logical_bytes / 2**30:.3g} GiB in memory, over the "
+        f"{budget / 2**30:.3g} GiB budget; set NMREF_MEMORY_BUDGET_GIB to raise it"
+    )
 
 
 def read_npy_header(handle: object) -> tuple[tuple[int, ...], np.dtype, int]:
@@ -277,6 +439,25 @@ def read_npy_header(handle: object) -> tuple[tuple[int, ...], np.dtype, int]:
     return tuple(shape), dtype, handle.tell()  # type: ignore[attr-defined]
 
 
+#: The zip compression methods Python's zipfile reads.
+_ZIP_METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)
+
+
+def _check_zip_member(info: zipfile.ZipInfo, tensor: str) -> None:
+    """Refuse a member zipfile cannot open, before it is opened: zipfile's own errors are a
+    ``RuntimeError`` and a ``NotImplementedError`` that name neither the file nor the member."""
+    if info.flag_bits & 0x1:
+        raise ValueError(
+            f"member {tensor!r} is encrypted, and nothing here asks for passwords (extract it "
+            "and save the arrays again with numpy.savez)"
+        )
+    if info.compress_type not in _ZIP_METHODS:
+        raise ValueError(
+            f"member {tensor!r} is compressed with zip method {info.compress_type}, which "
+            "Python's zipfile cannot read (stored, deflate, bzip2 and lzma are read)"
+        )
+
+
 def _check_npz_members(path: Path, names: Sequence[str] | None = None) -> None:
     """Refuse ``.npz`` members whose header lies about their size or that exceed the budget.
 
@@ -285,17 +466,28 @@ def _check_npz_members(path: Path, names: Sequence[str] | None = None) -> None:
     equal the member's uncompressed size, and fit :func:`memory_budget` (a zip bomb's
     members are honest but huge). Only headers are read.
     """
-    budget = memory_budget()
     with zipfile.ZipFile(path) as archive:
-        seen: set[str] = set()
+        seen: dict[str, str] = {}
         for info in archive.infolist():
-            # zipfile reads the last of two same-named members, list_tensors sees both: refuse
-            if info.filename in seen:
+            # zipfile reads the last of two same-named members, list_tensors sees both; and
+            # members 'w' and 'w.npy' are both read as tensor 'w' (one would be lost): refuse
+            tensor = info.filename.removesuffix(".npy")
+            _check_zip_member(info, tensor)
+            if info.filename == seen.get(tensor):
+                raise ValueError(f"member {tensor!r} appears more than once: an ambiguous archive")
+            if tensor in seen:
                 raise ValueError(
-                    f"member {info.filename.removesuffix('.npy')!r} appears more than once: "
-                    "an ambiguous archive"
+                    f"members {seen[tensor]!r} and {info.filename!r} are both read as tensor "
+                    f"{tensor!r}: an ambiguous archive"
                 )
-            seen.add(info.filename)
+            seen[tensor] = info.filename
+        for tensor, member in seen.items():
+            # members 'w.npy.npy' and 'w.npy': NumPy reads tensor 'w.npy' from the second
+            if tensor != member and tensor in seen.values():
+                raise ValueError(
+                    f"member {member!r} is tensor {tensor!r}, but NumPy reads that name from "
+                    f"member {tensor!r}: an ambiguous archive"
+                )
         for info in archive.infolist():
             name = info.filename.removesuffix(".npy")
             if names is not None and name not in names:
@@ -310,12 +502,8 @@ def _check_npz_members(path: Path, names: Sequence[str] | None = None) -> None:
                     f"member {name!r} declares shape {tuple(shape)} {dtype} ({declared} bytes) but "
                     f"holds {info.file_size - header_bytes} bytes: a corrupt or lying header"
                 )
-            if declared > budget:
-                raise ValueError(
-                    f"member {name!r} ({tuple(shape)} {dtype}) would take {declared / 2**30:.3g} "
-                    f"GiB in memory, over the {budget / 2**30:.3g} GiB budget; set "
-                    "NMREF_MEMORY_BUDGET_GIB to raise it"
-                )
+            # inflated into memory, never mapped: the budget applies whatever the file's size
+            check_memory_budget(f"member {name!r} ({tuple(shape)} {dtype})", declared)
 
 
 def iter_tensors(path: str | os.PathLike[str]) -> Iterator[TensorRecord]:
@@ -346,13 +534,12 @@ def iter_tensors(path: str | os.PathLike[str]) -> Iterator[TensorRecord]:
     with _file_errors(path):
         if suffix == ".npy":
             array = np.load(path, mmap_mode="r", allow_pickle=False)
-            yield TensorRecord(path.stem, array, str(array.dtype))
+            yield _numpy_record(path, path.stem, array)
         elif suffix == ".npz":
             _check_npz_members(path)
             with np.load(path, allow_pickle=False) as archive:
                 for name in archive.files:
-                    array = archive[name]
-                    yield TensorRecord(name, array, str(array.dtype))
+                    yield _numpy_record(path, name, archive[name])
         elif suffix == ".safetensors":
             yield from _iter_safetensors(path)
         else:
@@ -386,6 +573,7 @@ def _existing(path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     _suffix(path, "path", READ_FORMATS)
     check_regular_file(path, f"path={str(path)!r}")
+    memory_budget()  # a bad NMREF_MEMORY_BUDGET_GIB is refused whatever the format
     return path
 
 
@@ -406,8 +594,10 @@ def _file_errors(path: Path) -> Iterator[None]:
     suffix = path.suffix.lower()
     try:
         yield
-    except (TensorNotFoundError, _NotACheckpoint):
+    except (TensorNotFoundError, _NotACheckpoint, _UnreadableDtype, _BadBudgetSetting):
         raise
+    except _OverBudget as error:
+        raise _OverBudget(f"path={str(path)!r}: {error}") from None
     except (
         zipfile.BadZipFile,
         struct.error,
@@ -445,6 +635,36 @@ def _first_line(error: BaseException) -> str:
     return line
 
 
+class _UnreadableDtype(ValueError):
+    """A tensor of a dtype no reader here can give as numbers (the message names the file)."""
+
+
+def _native(dtype: np.dtype) -> np.dtype:
+    """``dtype`` in the machine's byte order (``>f4`` -> ``float32``); Numba reads no other."""
+    return dtype.newbyteorder("=") if dtype.byteorder not in "=|" else dtype
+
+
+def _numpy_record(path: Path, name: str, array: NDArray) -> TensorRecord:
+    """A ``.npy``/``.npz`` array as a record: in native byte order, and numbers.
+
+    A big-endian member (``>f4``) reached the Numba kernels, which refuse it ("Unsupported
+    array dtype >f4"). A void dtype is raw bytes or records: NumPy saves float8 and bfloat16
+    arrays of ml_dtypes and JAX as ``|V1``/``|V2`` without their format, so no reader can
+    tell which numbers they were.
+    """
+    if array.dtype.kind == "V":
+        raise _UnreadableDtype(
+            f"path={str(path)!r}: tensor {name!r} has dtype {array.dtype}, raw bytes or "
+            "records rather than numbers (NumPy saves float8 and bfloat16 arrays as |V1/|V2 "
+            "without their format); store them in .safetensors (F8_E4M3, F8_E5M2, BF16) or "
+            "as float32"
+        )
+    native = _native(array.dtype)
+    if native != array.dtype:
+        array = array.astype(native)
+    return TensorRecord(name, array, str(native))
+
+
 _SAFETENSORS_DTYPES = {
     "BOOL": "bool",
     "U8": "uint8",
@@ -459,8 +679,7 @@ _SAFETENSORS_DTYPES = {
     "BF16": "bfloat16",
     "F32": "float32",
     "F64": "float64",
-    "F8_E4M3": "float8_e4m3fn",
-    "F8_E5M2": "float8_e5m2",
+    **{kind: narrow.name for kind, narrow in NARROW_FLOATS.items()},
 }
 
 
@@ -528,11 +747,46 @@ def _torch_tensors(path: Path) -> list[tuple[str, object]]:
 
 def _torch_record(name: str, tensor: object) -> TensorRecord:
     source = str(tensor.dtype).removeprefix("torch.")
+    _check_torch_budget(name, tensor, source)
     tensor = tensor.detach()
+    if source == "float4_e2m1fn_x2":  # two codes per byte; torch cannot widen them itself
+        raw = tensor.contiguous().view(_import_torch().uint8).numpy()  # type: ignore[attr-defined]
+        shape = (*raw.shape[:-1], 2 * raw.shape[-1]) if raw.ndim else (2,)
+        values = decode_narrow_float(raw.reshape(-1), "F4", shape)
+        return TensorRecord(name, values, "float4_e2m1fn")
     if tensor.is_floating_point() and tensor.dtype.itemsize < 4 and source != "float16":
         # bfloat16 and float8 have no NumPy dtype; their float32 upcast is exact.
         tensor = tensor.float()
     return TensorRecord(name, tensor.numpy(), source)
+
+
+def _check_torch_budget(name: str, tensor: object, source: str) -> None:
+    """:func:`check_memory_budget` for a ``.pt`` tensor, before anything is built from it.
+
+    A view's distinct bytes are the span its strides reach; a stride-0 view (``expand``)
+    or overlapping strides repeat bytes, so its logical size exceeds its span.
+    """
+    itemsize = tensor.element_size()  # type: ignore[attr-defined]
+    shape = tuple(int(size) for size in tensor.shape)  # type: ignore[attr-defined]
+    strides = tuple(int(stride) for stride in tensor.stride())  # type: ignore[attr-defined]
+    logical = math.prod(shape) * itemsize
+    span = 0
+    if logical:
+        span = (1 + sum((s - 1) * abs(t) for s, t in zip(shape, strides, strict=True))) * itemsize
+    check_memory_budget(
+        f"tensor {name!r} ({shape} {source}, strides {strides} over {span} stored bytes)",
+        logical,
+        mapped_bytes=span,
+    )
+
+
+def _torch_info(name: str, tensor: object) -> TensorInfo:
+    """What :func:`_torch_record` will give, from the tensor's metadata."""
+    source = str(tensor.dtype).removeprefix("torch.")  # type: ignore[attr-defined]
+    shape = tuple(tensor.shape)  # type: ignore[attr-defined]
+    if source == "float4_e2m1fn_x2":
+        return TensorInfo(name, (*shape[:-1], 2 * shape[-1]) if shape else (2,), "float4_e2m1fn")
+    return TensorInfo(name, shape, source)
 
 
 def list_tensors(path: str | os.PathLike[str]) -> list[TensorInfo]:
@@ -551,39 +805,31 @@ def list_tensors(path: str | os.PathLike[str]) -> list[TensorInfo]:
     with _file_errors(path):
         if suffix == ".npy":
             array = np.load(path, mmap_mode="r", allow_pickle=False)
-            return [TensorInfo(path.stem, tuple(array.shape), str(array.dtype))]
+            return [TensorInfo(path.stem, tuple(array.shape), str(_native(array.dtype)))]
         if suffix == ".npz":
+            _check_npz_members(path, ())  # the member rules only (two members, one name)
             infos = []
             with zipfile.ZipFile(path) as archive:
                 for member in archive.namelist():
                     with archive.open(member) as handle:
                         shape, dtype, _ = read_npy_header(handle)
                     name = member.removesuffix(".npy")
-                    infos.append(TensorInfo(name, tuple(shape), str(dtype)))
+                    infos.append(TensorInfo(name, tuple(shape), str(_native(dtype))))
             return infos
         if suffix == ".safetensors":
-            header, data_start = _safetensors_header(path)
-            size = path.stat().st_size
-            infos = []
-            for name, entry in header.items():
-                if name == "__metadata__":
-                    continue
-                if not isinstance(entry, dict) or not isinstance(entry.get("data_offsets"), list):
-                    _safetensors_refusal(path)
-                if data_start + entry["data_offsets"][1] > size:
-                    raise ValueError(f"tensor {name!r} runs past the end of the file (truncated)")
-                dtype = _SAFETENSORS_DTYPES.get(entry["dtype"], entry["dtype"])
-                infos.append(TensorInfo(name, tuple(entry["shape"]), dtype))
-            # safetensors validates the rest (dtypes, shapes against offsets, overlaps) on
-            # opening, as for iter_tensors and read_tensor: the same file, the same refusal
-            with _safe_open(path):
-                pass
+            # validated as for iter_tensors and read_tensor: the same file, the same refusal
+            index = _safetensors_index(path)
+            infos = [
+                TensorInfo(
+                    name,
+                    tuple(entry["shape"]),
+                    _SAFETENSORS_DTYPES.get(entry["dtype"], entry["dtype"]),
+                )
+                for name, entry in index.entries.items()
+            ]
             # safetensors lists tensors sorted by name; match iter_tensors' order.
             return sorted(infos, key=lambda info: info.name)
-        return [
-            TensorInfo(name, tuple(tensor.shape), str(tensor.dtype).removeprefix("torch."))
-            for name, tensor in _torch_tensors(path)
-        ]
+        return [_torch_info(name, tensor) for name, tensor in _torch_tensors(path)]
 
 
 def _safetensors_refusal(path: Path) -> None:
@@ -610,14 +856,14 @@ def read_tensor(path: str | os.PathLike[str], name: str) -> TensorRecord:
             if name != path.stem:
                 raise _missing(path, name)
             array = np.load(path, mmap_mode="r", allow_pickle=False)
-            return TensorRecord(name, array, str(array.dtype))
+            return _numpy_record(path, name, array)
         if suffix == ".npz":
             _check_npz_members(path, [name])
             with np.load(path, allow_pickle=False) as archive:
                 if name not in archive.files:
                     raise _missing(path, name)
                 array = archive[name]
-            return TensorRecord(name, array, str(array.dtype))
+            return _numpy_record(path, name, array)
         if suffix == ".safetensors":
             return _read_safetensors(path, name)
         for key, tensor in _torch_tensors(path):
@@ -640,6 +886,57 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[str]:
     """
     with output_file(path, force=True, flag="") as temporary:
         yield temporary
+
+
+#: Timestamp of every ``.npz`` member written here: the same tensors give the same bytes.
+_NPZ_DATE = (1980, 1, 1, 0, 0, 0)
+
+
+def _npz_members(tensors: Mapping[str, NDArray], name: str) -> list[tuple[str, NDArray]]:
+    """``(member name, array)`` of an ``.npz`` holding ``tensors``: ``NAME.npy`` each.
+
+    Every tensor name must come back from the archive as it was given (the readers strip
+    one ``.npy``): ``zipfile`` cuts a name at a NUL byte (two names would become one
+    member) and can store only UTF-8 names. ``np.savez(**tensors)`` is not used: its own
+    keywords (``file``, ``allow_pickle``) would capture tensors of those names.
+    """
+    members = []
+    for key, array in tensors.items():
+        if not isinstance(key, str):
+            raise ValueError(f"{name}: tensor name {key!r} must be a string")
+        member = f"{key}.npy"
+        try:
+            member.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"{name}: tensor name {key!r} is not valid UTF-8; .npz member names must be"
+            ) from None
+        if zipfile.ZipInfo(member).filename != member:
+            raise ValueError(
+                f"{name}: tensor name {key!r} cannot be an .npz member name (a NUL byte, or "
+                "a path separator zip rewrites); it would not be read back as written"
+            )
+        members.append((member, np.asarray(array)))
+    names = {member for member, _ in members}
+    for key in tensors:
+        if key in names:  # 'w.npy' beside 'w': NumPy would read 'w.npy' from the member of 'w'
+            raise ValueError(
+                f"{name}: tensor names {key!r} and {key.removesuffix('.npy')!r} cannot both "
+                "be in an .npz (NumPy reads the first from the second's member); rename one "
+                "or write .safetensors"
+            )
+    return members
+
+
+def _write_npz(path: str, members: Sequence[tuple[str, NDArray]]) -> None:
+    """An uncompressed ``.npz`` (as ``np.savez``) of ``members``; never pickles."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for member, array in members:
+            info = zipfile.ZipInfo(member, date_time=_NPZ_DATE)
+            info.compress_type = zipfile.ZIP_STORED
+            info.external_attr = 0o644 << 16
+            with archive.open(info, "w", force_zip64=True) as handle:
+                np.lib.format.write_array(handle, array, allow_pickle=False)
 
 
 def write_tensors(
@@ -674,9 +971,13 @@ def write_tensors(
     Raises
     ------
     ValueError
-        If the destination is an input, a symbolic link or a folder, exists and
-        ``overwrite`` is false (also when another writer creates it meanwhile),
-        has an unknown extension, or is ``.npy`` with other than one tensor.
+        If the destination is an input (or a file of an input folder), a symbolic
+        link, a folder, a FIFO or device, exists and ``overwrite`` is false (also
+        when another writer creates it meanwhile), has an unknown extension, or is
+        ``.npy`` with other than one tensor; if a tensor name would not be read back
+        as written (``.npz``: a NUL byte, not UTF-8; ``.safetensors``:
+        ``__metadata__``, not UTF-8), before anything is written; if an array holds
+        Python objects (never pickled).
     OSError
         If the system fails while writing (e.g. a full disk); nothing is left behind.
 
@@ -695,14 +996,23 @@ def write_tensors(
             f"{len(tensors)}; use .npz or .safetensors"
         )
 
+    if suffix == ".npz":
+        members = _npz_members(tensors, name)
+    elif suffix == ".safetensors":
+        from nmref.io.safetensors_writer import check_safetensors_names
+
+        try:
+            check_safetensors_names(tensors)
+        except ValueError as error:
+            raise ValueError(f"{name}: {error}") from None
+
     def write(temporary: str) -> None:
         if suffix == ".npy":
             (array,) = tensors.values()
             with open(temporary, "wb") as handle:
                 np.save(handle, np.asarray(array), allow_pickle=False)
         elif suffix == ".npz":
-            with open(temporary, "wb") as handle:
-                np.savez(handle, **{key: np.asarray(a) for key, a in tensors.items()})
+            _write_npz(temporary, members)
         else:
             from safetensors.numpy import save_file
 

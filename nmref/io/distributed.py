@@ -66,8 +66,8 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[Any]:
     """A ``distributed.Client``: to ``scheduler`` (an address), or a local cluster.
 
     ``scheduler="local"`` or None starts a ``LocalCluster`` of ``workers`` worker
-    processes with one thread each (Numba kernels hold the GIL), on the loopback
-    interface;
+    processes (at most the usable cores, :mod:`nmref.io.workers`) with one thread each
+    (Numba kernels hold the GIL), on the loopback interface;
     ``"local-threads"`` runs them as threads in this process (tests: fast to start).
 
     Raises
@@ -86,6 +86,10 @@ def dask_client(scheduler: str | None, workers: int) -> Iterator[Any]:
             "--scheduler/--workers need dask.distributed: pip install 'nm-sparsity-ref[dask]'"
         ) from error
     if scheduler in (None, "local", "local-threads"):
+        from nmref.io.workers import usable_cores
+
+        # never more local workers than cores (the command line says so when it cuts)
+        workers = min(workers, usable_cores())
         processes = scheduler != "local-threads"
         # worker processes talk over the loopback interface only (threads: in process);
         # the dashboard on a free port, so that a taken 8787 is no error

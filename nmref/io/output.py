@@ -10,13 +10,26 @@ then make the final name point at it:
 * with ``force`` by ``os.replace``, atomic on POSIX and Windows.
 
 Before anything is written the target is refused if it is a symbolic link (writing
-"through" it would destroy the file it points to), a folder, or the same file (inode)
-as any input. On any error, ``KeyboardInterrupt`` or ``SIGTERM``/``SIGHUP`` (a
-handler is installed only while writing, in the main thread, and only where the
-signal had its default action; the previous one is restored after) the temporary
-file is removed: the target holds its previous complete content or the new complete
-content, never a part. A ``SIGTERM`` ends the process after the clean-up with
-``SystemExit(128 + signal)``, the status a shell reports for a killed process.
+"through" it would destroy the file it points to), a folder, not a regular file (a FIFO,
+socket or device: replacing it with a file is never what was meant, with or without
+``force``), or the same file (inode) as any file an input reads: the input itself and,
+for an input that is a folder (a model folder) or a ``*.index.json``, every
+``.safetensors`` and ``.json`` file directly in that folder (its shards, index and
+config). On any error, ``KeyboardInterrupt`` or ``SIGTERM``/``SIGHUP`` (a handler is
+installed only while writing, in the main thread, and only where the signal had its
+default action; the previous one is restored after) the temporary file is removed:
+the target holds its previous complete content or the new complete content, never a
+part. A ``SIGTERM`` ends the process after the clean-up with ``SystemExit(128 +
+signal)``, the status a shell reports for a killed process.
+
+:func:`output_folder` does the same for a folder of files (a sharded checkpoint, a
+report): built hidden beside the target, then published as one set. With ``force``
+it replaces only a folder holding nothing but the files its writer owns.
+
+Temporaries are named ``.TARGET.HOST-PID-RANDOM.tmp...`` (HOST: a hash of the host
+name; PID: the writer's process). A writer killed by ``SIGKILL`` (no clean-up can
+run) leaves its temporary behind; the next write of the same target removes every
+such temporary of its own host whose PID no longer runs (:func:`remove_stale`).
 
 Errors are one line naming the target as the user wrote it, prefixed with the flag
 (``-o 'w.npz' exists; pass --force to replace it``), never the hidden temporary
@@ -31,11 +44,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import secrets
 import signal
+import socket
 import stat
 import threading
-from collections.abc import Callable, Iterator, Sequence
+import zlib
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 
 __all__ = [
@@ -44,6 +60,7 @@ __all__ = [
     "check_output_folder",
     "output_file",
     "output_folder",
+    "remove_stale",
     "write_output",
 ]
 
@@ -65,6 +82,58 @@ def _describe(flag: str, target: Path) -> str:
     return f"{flag} {str(target)!r}" if flag else repr(str(target))
 
 
+#: What the readers of a folder input open in it: shards, indexes, ``config.json``.
+_READ_FROM_FOLDERS = (".safetensors", ".json")
+
+
+def _files_read(source: PathLike) -> Iterator[str]:
+    """The files reading ``source`` may open: itself; for a folder (a model folder), every
+    ``.safetensors`` and ``.json`` file directly in it; for a ``*.index.json``, also those
+    of its folder (the shards and ``config.json`` it reads). Generous on purpose: a file
+    the input might read is never replaced, whichever of them the reader picks."""
+    try:
+        path = os.fspath(source)
+    except TypeError:
+        return
+    yield path
+    folder = None
+    if os.path.isdir(path):
+        folder = path
+    elif os.path.basename(path).lower().endswith(".index.json"):
+        folder = os.path.dirname(path) or "."
+    if folder is None:
+        return
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name.lower().endswith(_READ_FROM_FOLDERS):
+            yield entry.path
+
+
+def _same_file_as_an_input(target_stat: os.stat_result, inputs: Sequence[PathLike]) -> str | None:
+    """The input (or the file of an input folder) that is ``target``, if any."""
+    for source in inputs:
+        for path in _files_read(source):
+            try:
+                source_stat = os.stat(path)
+            except (OSError, ValueError):  # missing, or a name the system refuses
+                continue
+            if (source_stat.st_dev, source_stat.st_ino) == (target_stat.st_dev, target_stat.st_ino):
+                if path == os.fspath(source):
+                    return repr(path)
+                return f"{path!r}, read through {os.fspath(source)!r}"
+    return None
+
+
+def _not_regular(name: str) -> ValueError:
+    return ValueError(
+        f"{name} is not a regular file (a FIFO, socket or device); refusing to replace it "
+        "with a file, with or without --force (give a file path)"
+    )
+
+
 def _refuse_unsafe_target(target: Path, inputs: Sequence[PathLike], force: bool, name: str) -> None:
     """Raise ``ValueError`` if writing ``target`` could destroy something it should not."""
     if os.path.islink(target):
@@ -80,21 +149,88 @@ def _refuse_unsafe_target(target: Path, inputs: Sequence[PathLike], force: bool,
         raise ValueError(f"{name}: a parent of it is not a folder") from error
     if target_stat is not None and stat.S_ISDIR(target_stat.st_mode):
         raise ValueError(f"{name} is a folder; give a file name")
+    if target_stat is not None and not stat.S_ISREG(target_stat.st_mode):
+        raise _not_regular(name)
     if target_stat is not None:
-        for source in inputs:
-            try:
-                source_stat = os.stat(source)
-            except (OSError, TypeError, ValueError):  # missing, or not a path at all
-                continue
-            if (source_stat.st_dev, source_stat.st_ino) == (target_stat.st_dev, target_stat.st_ino):
-                raise ValueError(
-                    f"{name} is an input file ({str(source)!r}); refusing to write over it"
-                )
+        source = _same_file_as_an_input(target_stat, inputs)
+        if source is not None:
+            raise ValueError(f"{name} is an input file ({source}); refusing to write over it")
         if not force:
             raise ValueError(f"{name} exists; pass --force to replace it")
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
         raise ValueError(f"{name}: its folder {str(parent)!r} does not exist")
+
+
+# ----------------------------------------------------------------------------
+# Temporaries: named after their writer, so that a later run can prove them dead
+# ----------------------------------------------------------------------------
+
+
+def _host_tag() -> str:
+    """8 hex digits naming this host (a PID means nothing on another machine)."""
+    return f"{zlib.crc32(socket.gethostname().encode('utf-8', 'replace')):08x}"
+
+
+def _temporary_name(target: Path, ending: str) -> str:
+    """``.TARGET.HOST-PID-RANDOM<ending>``: a fresh hidden name beside ``target``."""
+    return f".{target.name}.{_host_tag()}-{os.getpid()}-{secrets.token_hex(6)}{ending}"
+
+
+def _process_is_gone(pid: int) -> bool:
+    """Whether no process ``pid`` runs here (False when it cannot be told)."""
+    if os.name != "posix" or pid <= 0:
+        return False  # os.kill(pid, 0) would end the process on Windows
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # EPERM: it runs, as another user
+        return False
+    return False
+
+
+def remove_stale(target: PathLike) -> list[str]:
+    """Remove the temporaries that dead writers of ``target`` left beside it; their names.
+
+    A writer ended by ``SIGKILL`` (or a power cut) cannot remove its hidden temporary
+    file or folder. Each is named ``.TARGET.HOST-PID-RANDOM.tmp...`` (or ``.old``); one
+    is removed only when HOST is this host and no process PID runs here any more, so a
+    writer that is still running (this one, another one racing for the same name, one
+    on another machine sharing the folder) never loses its temporary. A dead writer's
+    ``.old`` folder (a previous folder output moved aside, where no atomic swap exists)
+    is put back as ``target`` when ``target`` is missing (it was killed between its two
+    renames), else removed. Best effort: what cannot be removed is left.
+    """
+    target = Path(target)
+    folder = target.parent if str(target.parent) else Path(".")
+    pattern = re.compile(
+        re.escape(f".{target.name}.{_host_tag()}-") + r"(\d+)-[0-9a-f]{12}(\.tmp.*|\.old)",
+        re.DOTALL,
+    )
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        found = pattern.fullmatch(entry.name)
+        if found is None or int(found.group(1)) == os.getpid():
+            continue
+        if not _process_is_gone(int(found.group(1))):
+            continue
+        try:
+            if found.group(2) == ".old" and not os.path.lexists(target):
+                os.rename(entry.path, target)  # the only copy of the previous output
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                _remove_tree(Path(entry.path))
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            continue
+        removed.append(entry.name)
+    return removed
 
 
 def _create_beside(target: Path, name: str) -> tuple[str, int]:
@@ -111,7 +247,7 @@ def _create_beside(target: Path, name: str) -> tuple[str, int]:
     directory = target.parent if str(target.parent) else Path(".")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     for _ in range(100):
-        candidate = directory / f".{target.name}.{secrets.token_hex(6)}.tmp{target.suffix}"
+        candidate = directory / _temporary_name(target, f".tmp{target.suffix}")
         try:
             descriptor = os.open(candidate, flags, 0o666)
         except FileExistsError:
@@ -153,8 +289,14 @@ def _fsync_folder(folder: Path) -> None:
 def _commit(temporary: str, target: Path, force: bool, name: str) -> None:
     """Give ``temporary`` the name ``target``: replace with ``force``, else never clobber."""
     if force:
-        if os.path.islink(target):
+        try:
+            mode = os.lstat(target).st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is not None and stat.S_ISLNK(mode):
             raise ValueError(f"{name} became a symbolic link while writing; refusing it")
+        if mode is not None and not stat.S_ISREG(mode):
+            raise _not_regular(name)
         os.replace(temporary, target)
         return
     try:
@@ -263,8 +405,10 @@ def output_file(
         Replace an existing ``target``. Without it an existing one is refused, also
         when another writer creates it while this one writes.
     inputs : sequence of path-like
-        Files being read; a ``target`` that is one of them (same inode, through any
-        name or hard link) is refused, with or without ``force``.
+        Files or folders being read; a ``target`` that is one of them, or (for a
+        folder or a ``*.index.json``) a ``.safetensors`` or ``.json`` file directly in
+        that folder (same inode, through any name or hard link), is refused, with or
+        without ``force``.
     flag : str, default "-o"
         How error messages name the target (the command-line flag); "" for none.
 
@@ -275,14 +419,16 @@ def output_file(
     Raises
     ------
     ValueError
-        If ``target`` is a symbolic link, a folder, an input, exists without
-        ``force`` or its folder is missing.
+        If ``target`` is a symbolic link, a folder, not a regular file (a FIFO or
+        device, also with ``force``), a file an input reads, exists without ``force``
+        or its folder is missing.
     OSError
         If the system fails while writing (full disk, permissions).
     """
     target = Path(target)
     name = _describe(flag, target)
     _refuse_unsafe_target(target, inputs, force, name)
+    remove_stale(target)
     with _signals_end_the_write():
         temporary, mode = _create_beside(target, name)
         published = False
@@ -357,9 +503,21 @@ def _exchange(first: str, second: str) -> bool:
     raise _os_error(number, os.strerror(number))
 
 
-def _refuse_unsafe_folder(target: Path, inputs: Sequence[PathLike], force: bool, name: str) -> None:
-    """The folder version of :func:`_refuse_unsafe_target`; also refuses replacing a folder
-    that holds an input or anything but ``.safetensors``/``.json`` files."""
+def _refuse_unsafe_folder(
+    target: Path,
+    inputs: Sequence[PathLike],
+    force: bool,
+    name: str,
+    owned: Collection[str] | None = None,
+    flag: str = "-o",
+) -> None:
+    """The folder version of :func:`_refuse_unsafe_target`.
+
+    Also refuses a folder that holds an input, and an existing folder holding anything
+    but regular files the writer owns (``owned``, its file names; None: any
+    ``.safetensors``/``.json`` file): those would be deleted by replacing it. An
+    existing folder that is empty is used without ``force``.
+    """
     if os.path.islink(target):
         raise ValueError(
             f"{name} is a symbolic link; refusing to write through it (give the real path)"
@@ -374,31 +532,50 @@ def _refuse_unsafe_folder(target: Path, inputs: Sequence[PathLike], force: bool,
             raise ValueError(f"{name} is or holds an input ({str(source)!r}); refusing to write it")
     if target.exists():
         if not target.is_dir():
-            raise ValueError(f"{name} exists and is not a folder (a sharded output is a folder)")
-        if not force:
+            raise ValueError(f"{name} exists and is not a folder (this output is a folder)")
+        entries = sorted(os.scandir(target), key=lambda entry: entry.name)
+        for entry in entries:
+            entry_name = _describe(f"{flag} file" if flag else "", Path(entry.path))
+            if entry.is_symlink():
+                raise ValueError(
+                    f"{entry_name} is a symbolic link; refusing to replace {name} "
+                    "(remove the link, or choose another folder)"
+                )
+            if not entry.is_file(follow_symlinks=False):
+                kind = "a folder" if entry.is_dir() else "not a regular file"
+                raise ValueError(
+                    f"{entry_name} is {kind}; refusing to replace {name}, with or without "
+                    "--force (remove it, or choose another folder)"
+                )
+            if owned is None and not entry.name.endswith(_REPLACEABLE_SUFFIXES):
+                raise ValueError(
+                    f"{name} holds {entry.name!r}, not a .safetensors or .json file; refusing "
+                    "to replace a folder that is not a checkpoint output"
+                )
+            if owned is not None and entry.name not in owned:
+                raise ValueError(
+                    f"{name} holds {entry.name!r}, which this command does not write; "
+                    "refusing to replace a folder that is not its output (remove it, or "
+                    "choose another folder)"
+                )
+        if entries and not force:
             raise ValueError(f"{name} exists; pass --force to replace it")
-        foreign = [
-            entry.name
-            for entry in os.scandir(target)
-            if not entry.is_file(follow_symlinks=False)
-            or not entry.name.endswith(_REPLACEABLE_SUFFIXES)
-        ]
-        if foreign:
-            raise ValueError(
-                f"{name} holds {foreign[0]!r}, not a .safetensors or .json file; refusing to "
-                "replace a folder that is not a checkpoint output"
-            )
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
         raise ValueError(f"{name}: its folder {str(parent)!r} does not exist")
 
 
 def check_output_folder(
-    target: PathLike, *, force: bool = False, inputs: Sequence[PathLike] = (), flag: str = "-o"
+    target: PathLike,
+    *,
+    force: bool = False,
+    inputs: Sequence[PathLike] = (),
+    flag: str = "-o",
+    owned: Collection[str] | None = None,
 ) -> None:
     """Refuse ``target`` now, by the rules of :func:`output_folder` (checked again there)."""
     target = Path(target)
-    _refuse_unsafe_folder(target, inputs, force, _describe(flag, target))
+    _refuse_unsafe_folder(target, inputs, force, _describe(flag, target), owned, flag)
 
 
 class FolderWriter:
@@ -440,36 +617,47 @@ def output_folder(
     force: bool = False,
     inputs: Sequence[PathLike] = (),
     flag: str = "-o",
+    owned: Collection[str] | None = None,
 ) -> Iterator[FolderWriter]:
     """Build a folder of files hidden beside ``target``; publish it whole on success.
 
     The files go into a fresh hidden folder in ``target``'s parent, each through
     :func:`write_output` (fsynced). Then, without ``force``, ``target`` is reserved
-    with ``os.mkdir`` (of two racing writers exactly one wins) and the hidden folder
-    renamed onto the empty reservation; with ``force`` an existing ``target`` is
-    swapped with the new folder in one step (Linux ``renameat2``; elsewhere two
-    renames, between which ``target`` is briefly absent) and the old one removed.
-    On any error, Ctrl-C or SIGTERM the hidden folder is removed: ``target`` holds
-    its previous complete content or the new one (or, only in that two-rename
-    window, nothing), never a mix.
+    with ``os.mkdir`` (or, if it is an empty folder already, used as it is) and the
+    hidden folder renamed onto the empty reservation (a rename onto a folder that is
+    no longer empty fails: of two racing writers exactly one wins); with ``force`` an
+    existing ``target`` is swapped with the new folder in one step (Linux
+    ``renameat2``; elsewhere two renames, between which ``target`` is briefly absent)
+    and the old one removed. On any error, Ctrl-C or SIGTERM the hidden folder is
+    removed: ``target`` holds its previous complete content or the new one (or, only
+    in that two-rename window, nothing), never a mix. A writer killed by ``SIGKILL``
+    leaves its hidden folder, which the next write removes (:func:`remove_stale`).
+
+    Parameters
+    ----------
+    owned : collection of str, optional
+        Every file name this writer may put in ``target``. An existing ``target`` is
+        replaced only when it holds nothing else (no other file, folder or link), so
+        ``force`` never deletes a file it did not write. None: any
+        ``.safetensors``/``.json`` file counts as owned.
 
     Raises
     ------
     ValueError
-        If ``target`` is a symbolic link, a file, is or holds an input, exists
-        without ``force``, holds anything but ``.safetensors``/``.json`` files (so
-        ``force`` never removes a folder that is not an output), or its parent is
-        missing.
+        If ``target`` is a symbolic link, a file, is or holds an input, exists and is
+        not empty without ``force``, holds a file not in ``owned``, a folder, a
+        symbolic link or a FIFO or device, or its parent is missing.
     OSError
         If the system fails while writing.
     """
     target = Path(target)
     name = _describe(flag, target)
-    _refuse_unsafe_folder(target, inputs, force, name)
+    _refuse_unsafe_folder(target, inputs, force, name, owned, flag)
     parent = target.parent if str(target.parent) else Path(".")
+    remove_stale(target)
     with _signals_end_the_write():
         for _ in range(100):
-            temporary = parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+            temporary = parent / _temporary_name(target, ".tmp")
             try:
                 os.mkdir(temporary)
                 break
@@ -486,7 +674,7 @@ def output_folder(
             yield FolderWriter(temporary, target, flag)
             _fsync_folder(temporary)
             _stop_if_terminated()
-            _publish_folder(temporary, target, force, name)
+            _publish_folder(temporary, target, force, name, owned, flag)
             published = True
             _fsync_folder(parent)
         finally:
@@ -494,24 +682,35 @@ def output_folder(
                 _remove_tree(temporary)
 
 
-def _publish_folder(temporary: Path, target: Path, force: bool, name: str) -> None:
+def _publish_folder(
+    temporary: Path,
+    target: Path,
+    force: bool,
+    name: str,
+    owned: Collection[str] | None,
+    flag: str,
+) -> None:
     if not force or not target.exists():
         try:
             os.mkdir(target)
+            reserved = True
         except FileExistsError:
-            raise ValueError(f"{name} exists; pass --force to replace it") from None
+            reserved = False  # an empty folder (checked on entry): the rename below decides
         try:
             os.replace(temporary, target)  # onto the empty reservation
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.rmdir(target)
+        except OSError as error:
+            if reserved:
+                with contextlib.suppress(OSError):
+                    os.rmdir(target)
+            if error.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                raise ValueError(f"{name} exists; pass --force to replace it") from None
             raise
         return
-    _refuse_unsafe_folder(target, (), True, name)  # it may have changed while writing
+    _refuse_unsafe_folder(target, (), True, name, owned, flag)  # it may have changed while writing
     if _exchange(str(temporary), str(target)):
         _remove_tree(temporary)  # now the old content
         return
-    old = target.parent / f".{target.name}.{secrets.token_hex(6)}.old"
+    old = target.parent / _temporary_name(target, ".old")
     os.replace(target, old)
     try:
         os.replace(temporary, target)

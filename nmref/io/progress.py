@@ -14,7 +14,7 @@ import time
 from types import TracebackType
 from typing import Any
 
-__all__ = ["WorkProgress", "stored_bytes"]
+__all__ = ["WorkProgress", "progress_columns", "stored_bytes"]
 
 _ITEMSIZE = {
     "bool": 1,
@@ -49,6 +49,37 @@ def _decimal(size: float) -> str:
     return decimal(int(size))
 
 
+def progress_columns(width: int, label_width: int, counts_width: int) -> tuple[list, int]:
+    """The bar's columns for a ``width``-column terminal, and how many characters of the
+    current tensor's name it shows (its end; 0: none).
+
+    The first layout that fits wins: label, bar (6-40 columns), counts, elapsed, eta and
+    the name (12-40); then without the name; without the eta; without the bar; the label
+    and counts alone. The line is never cut.
+    """
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    label, counts = TextColumn("{task.description}"), TextColumn("{task.fields[counts]}")
+    elapsed, eta = [TimeElapsedColumn()], [TextColumn("eta"), TimeRemainingColumn()]
+    name = TextColumn("{task.fields[current]}")
+    fixed = label_width + 1 + counts_width + 1  # a space after each column
+    times = 7 + 1 + 3 + 1 + 7 + 1  # "0:00:12 eta 0:00:20 "
+    room = width - 1 - fixed  # one column to spare against the terminal's last cell
+    if room - times >= 6 + 1 + 12:
+        left = room - times
+        shown = min(40, max(12, left - 1 - 40))
+        bar = min(40, left - 1 - shown)
+        return [label, BarColumn(bar_width=bar), counts, *elapsed, *eta, name], shown
+    if room - times >= 5 + 1:
+        bar = min(40, room - times - 1)
+        return [label, BarColumn(bar_width=bar), counts, *elapsed, *eta], 0
+    if room - 8 >= 3 + 1:
+        return [label, BarColumn(bar_width=room - 8 - 1), counts, *elapsed], 0
+    if room >= 8:
+        return [label, counts, *elapsed], 0
+    return [label, counts], 0
+
+
 class WorkProgress:
     """A bar over ``total_bytes`` of tensors; ``advance(name, nbytes, tiles)`` per tensor.
 
@@ -79,29 +110,23 @@ class WorkProgress:
         self.started = time.perf_counter()
         self._bar: Any = None
         self._task: Any = None
+        self._name_width = 40
 
     def __enter__(self) -> WorkProgress:
         self.started = time.perf_counter()
         if self.enabled:
-            from rich.progress import (
-                BarColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
+            from rich.progress import Progress
 
-            self._bar = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                TextColumn("{task.fields[counts]}"),
-                TimeElapsedColumn(),
-                TextColumn("eta"),
-                TimeRemainingColumn(),
-                TextColumn("{task.fields[current]}"),
-                console=self.console,
-                transient=True,
+            # The widest the counts get (at the end), so the line never outgrows the terminal.
+            done = (self.done_tensors, self.done_bytes, self.done_tiles)
+            self.done_tensors, self.done_bytes = self.tensors, self.total_bytes
+            self.done_tiles = self.total_tiles
+            widest = len(self._counts())
+            self.done_tensors, self.done_bytes, self.done_tiles = done
+            columns, self._name_width = progress_columns(
+                self.console.width, len(self.label), widest
             )
+            self._bar = Progress(*columns, console=self.console, transient=True)
             self._bar.start()
             self._task = self._bar.add_task(
                 self.label, total=max(self.total_bytes, 1), counts=self._counts(), current=""
@@ -123,7 +148,8 @@ class WorkProgress:
         self.done_bytes += nbytes
         self.done_tiles += tiles
         if self._bar is not None:
-            self._bar.update(self._task, advance=nbytes, counts=self._counts(), current=name[-40:])
+            current = name[-self._name_width :] if self._name_width else ""
+            self._bar.update(self._task, advance=nbytes, counts=self._counts(), current=current)
 
     def __exit__(
         self,

@@ -12,13 +12,22 @@ so the header is written first and each tensor's bytes are appended as they arri
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["SAFETENSORS_CODES", "PlannedTensor", "bfloat16_bits", "stream_safetensors"]
+__all__ = [
+    "SAFETENSORS_CODES",
+    "PlannedTensor",
+    "bfloat16_bits",
+    "check_safetensors_names",
+    "stream_safetensors",
+]
+
+#: The header key safetensors keeps for the file's metadata: never a tensor's name.
+METADATA_KEY = "__metadata__"
 
 #: NumPy dtype name -> safetensors dtype code ("bfloat16" is written from uint16 bits).
 SAFETENSORS_CODES = {
@@ -66,6 +75,37 @@ def bfloat16_bits(array: NDArray[np.float32]) -> NDArray[np.uint16]:
     return (bits >> 16).astype("<u2")
 
 
+def check_safetensors_names(names: Iterable[object]) -> None:
+    """Refuse tensor names that would not come back from a ``.safetensors`` file as written.
+
+    Raises
+    ------
+    ValueError
+        One line naming the tensor: a name that is not a string, is not valid UTF-8 (a
+        lone surrogate, as a non-UTF-8 file name decodes to), is ``__metadata__`` (the
+        header's metadata key: a tensor of that name makes a file no reader accepts), or
+        is given twice (one would be silently dropped).
+    """
+    seen: set[str] = set()
+    for name in names:
+        if not isinstance(name, str):
+            raise ValueError(f"tensor name {name!r} must be a string")
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"tensor name {name!r} is not valid UTF-8; .safetensors names must be"
+            ) from None
+        if name == METADATA_KEY:
+            raise ValueError(
+                f"tensor name {name!r} is reserved in .safetensors (the header's metadata "
+                "key; no reader accepts such a file); rename the tensor or write .npz"
+            )
+        if name in seen:
+            raise ValueError(f"two tensors would be named {name!r}; one would be lost")
+        seen.add(name)
+
+
 def stream_safetensors(
     path: str,
     planned: Sequence[PlannedTensor],
@@ -95,15 +135,17 @@ def stream_safetensors(
     ------
     ValueError
         If ``arrays`` yields another name, shape or dtype than planned (BF16: float32
-        holding BF16 values), or too few.
+        holding BF16 values), or too few; if a planned name would not be read back
+        (:func:`check_safetensors_names`), before anything is written.
 
     Notes
     -----
     Time O(bytes); memory one tensor (the largest), whatever the file's size.
     """
+    check_safetensors_names(tensor.name for tensor in planned)
     header: dict[str, object] = {}
     if metadata:
-        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+        header[METADATA_KEY] = {str(k): str(v) for k, v in metadata.items()}
     offset = 0
     for tensor in planned:
         if tensor.dtype not in SAFETENSORS_CODES:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from numpy.typing import NDArray
 
+from nmref._json_toml import load_json
 from nmref.io.checkpoints import (
     TensorInfo,
     TensorRecord,
@@ -148,7 +149,9 @@ def _read_json(path: Path, what: str) -> dict:
         return seen
 
     try:
-        value = json.loads(path.read_bytes().decode("utf-8"), object_pairs_hook=unique)
+        value = load_json(
+            path.read_bytes().decode("utf-8"), f"{what} {str(path)!r}", object_pairs_hook=unique
+        )
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{what} {str(path)!r} is not valid JSON: {error}") from None
     if not isinstance(value, dict):
@@ -319,8 +322,9 @@ def write_model(
     Parameters
     ----------
     target : path-like
-        The folder to create (``force``: replace; only a folder of ``.safetensors`` and
-        ``.json`` files is ever replaced).
+        The folder to create (``force``: replace; only a folder holding nothing but files
+        this writer writes, its shard names, the index and ``config.json``, is ever
+        replaced; an empty folder is used without ``force``).
     model : ModelCheckpoint
         The input; its folder is refused as (or inside) ``target``.
     planned : sequence of (shard name, PlannedTensor)
@@ -352,7 +356,9 @@ def write_model(
     written: list[Path] = []
     total = 0
     weight_map: dict[str, str] = {}
-    with output_folder(target, force=force, inputs=(model.root,), flag="-o") as folder:
+    # the names this writer may put in the folder: --force replaces a folder holding no other
+    owned = {*by_shard, INDEX_NAME, CONFIG_NAME}
+    with output_folder(target, force=force, inputs=(model.root,), flag="-o", owned=owned) as folder:
         for shard, tensors in by_shard.items():
             sizes: list[int] = []
             writer = _shard_writer(tensors, compute, metadata, on_tensor, sizes)

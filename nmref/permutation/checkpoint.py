@@ -21,6 +21,7 @@ LLaMA-style models (``model_type`` in :data:`LLAMA_STYLE`), layer ``i``:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -39,6 +40,7 @@ __all__ = ["LLAMA_STYLE", "LayerReport", "PermutedModel", "permute_checkpoint"]
 
 #: ``config.json`` model types whose blocks follow the LLaMA naming and wiring.
 LLAMA_STYLE = ("llama", "mistral", "qwen2")
+_LAYER_NAME = re.compile(r"model\.layers\.([0-9]{1,18})\.")
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,21 @@ def _config_int(config: Mapping[str, object], key: str, default: int | None = No
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"config.json: {key}={value!r} must be a positive integer")
     return value
+
+
+def _layer_indices(tensors: Mapping[str, NDArray], count: int) -> list[int]:
+    """The layer numbers ``i < count`` that some tensor ``model.layers.{i}.*`` names, in order.
+
+    Bounded by the tensors actually present, not by the config: ``num_hidden_layers =
+    10**15`` once made ``range(count)`` loop for ever over layers no file holds. Only the
+    decimal spelling ``range`` would have produced counts (``01`` is not layer 1).
+    """
+    found = set()
+    for name in tensors:
+        match = _LAYER_NAME.match(name)
+        if match is not None and str(int(match[1])) == match[1] and int(match[1]) < count:
+            found.add(int(match[1]))
+    return sorted(found)
 
 
 def permute_checkpoint(
@@ -99,7 +116,7 @@ def permute_checkpoint(
             )
         hidden = _config_int(config, "hidden_size")
         head_dim = _config_int(config, "head_dim", hidden // heads)
-        for i in range(count):
+        for i in _layer_indices(tensors, count):
             prefix = f"model.layers.{i}."
             mlp = [prefix + f"mlp.{part}_proj.weight" for part in ("down", "gate", "up")]
             if all(name in tensors for name in mlp):

@@ -33,7 +33,9 @@ __all__ = [
     "standard_cases",
 ]
 
+#: The kinds of generated cases: tie-free, tie-heavy, all zeros, with infinities, random.
 KINDS: tuple[str, ...] = ("tie_free", "tie_heavy", "zeros", "infinities", "random")
+#: The dtypes the kit generates cases in (kit names; ``bfloat16`` as float32 values).
 DTYPE_NAMES: tuple[str, ...] = (
     "float16",
     "bfloat16",
@@ -46,8 +48,8 @@ DTYPE_NAMES: tuple[str, ...] = (
     "uint8",
     "bool",
 )
-# Patterns of every shape of the rules: n = 0 and n = m, m = 1, the hardware
-# patterns, an odd m, and m = 40 (above the rank-counting limit, sort path).
+#: Patterns of every shape of the rules: n = 0 and n = m, m = 1, the hardware
+#: patterns, an odd m, and m = 40 (above the rank-counting limit, sort path).
 PATTERNS: tuple[tuple[int, int], ...] = (
     (2, 4),
     (1, 4),

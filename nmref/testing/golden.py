@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.resources
+import io
 import json
+import os
+import stat
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
+from nmref._json_toml import load_json
 from nmref.testing.cases import Case
 from nmref.testing.masks import compare_masks
 from nmref.testing.report import Failure, Report
@@ -149,7 +154,8 @@ def read_manifest(directory: Path) -> list[dict]:
     if not path.is_file():
         raise FileNotFoundError(f"vectors folder {label} has no manifest.json")
     try:
-        manifest = json.loads(path.read_bytes().decode("utf-8"))
+        text = _regular_file_bytes(path, "manifest.json").decode("utf-8")
+        manifest = load_json(text, f"{label}/manifest.json")
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{label}/manifest.json is not UTF-8 JSON: {error}") from None
     if not isinstance(manifest, dict) or manifest.get("schema_version") != SCHEMA_VERSION:
@@ -176,6 +182,54 @@ def read_manifest(directory: Path) -> list[dict]:
     return entries
 
 
+#: The most bytes a manifest or a vector file (and the arrays it inflates to) may hold: the
+#: shipped files are under 20 KB each, and a folder may come from anyone (``--vectors``).
+VECTOR_FILE_LIMIT = 16 * 2**20
+
+
+def _regular_file_bytes(path: Path, what: str, limit: int = VECTOR_FILE_LIMIT) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes; else one error line.
+
+    A vector that was a symbolic link to ``/dev/zero`` was read until the machine ran out of
+    memory (24 GB), and a FIFO blocked for ever: the kind of file is checked before it is
+    opened (following links), and again on the opened descriptor (opened non-blocking,
+    should a FIFO replace it meanwhile), and the size before reading.
+    """
+    label = f"{what} {str(path)!r}"
+    if not path.is_file():
+        if not path.exists():
+            raise FileNotFoundError(f"{label} does not exist")
+        raise ValueError(
+            f"{label} is not a regular file (a folder, FIFO, socket or device); it is not opened"
+        )
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(descriptor, "rb") as handle:
+        status = os.fstat(handle.fileno())
+        if not stat.S_ISREG(status.st_mode):
+            raise ValueError(f"{label} is not a regular file; it is not read")
+        if status.st_size > limit:
+            raise ValueError(f"{label} holds {status.st_size} bytes, over the {limit}-byte limit")
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{label} grew past the {limit}-byte limit while it was read")
+    return data
+
+
+def _vector_archive(path: Path, data: bytes) -> np.lib.npyio.NpzFile:
+    """``np.load`` of a vector file's bytes, its members' inflated sizes checked first."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            inflated = sum(info.file_size for info in archive.infolist())
+    except zipfile.BadZipFile as error:
+        raise ValueError(f"vector file {str(path)!r} is not an .npz archive: {error}") from None
+    if inflated > VECTOR_FILE_LIMIT:
+        raise ValueError(
+            f"vector file {str(path)!r} inflates to {inflated} bytes, over the "
+            f"{VECTOR_FILE_LIMIT}-byte limit"
+        )
+    return np.load(io.BytesIO(data), allow_pickle=False)
+
+
 def load_vectors(
     directory: Path | str | None = None, *, verify_digests: bool = True
 ) -> Iterator[GoldenVector]:
@@ -187,26 +241,34 @@ def load_vectors(
         If the manifest or a listed file is missing.
     ValueError
         If the schema version is unknown or a file's SHA-256 differs from the
-        manifest (the file was changed without regenerating the manifest).
+        manifest (the file was changed without regenerating the manifest); if a listed
+        file is not a regular file (a link to a device, a FIFO: never opened) or it or its
+        arrays exceed :data:`VECTOR_FILE_LIMIT` bytes.
     """
     directory = Path(directory) if directory is not None else default_vectors_dir()
     for entry in read_manifest(directory):
         path = directory / entry["file"]
-        if verify_digests and file_digest(path) != entry["sha256"]:
+        data = _regular_file_bytes(path, "vector file")
+        if verify_digests and hashlib.sha256(data).hexdigest() != entry["sha256"]:
             raise ValueError(f"{path.name}: SHA-256 differs from manifest.json; regenerate both")
-        with np.load(path, allow_pickle=False) as arrays:
-            extras = {k: arrays[k] for k in arrays.files if k not in ("input", "expected")}
-            yield GoldenVector(
-                entry["name"],
-                entry["function"],
-                int(entry["n"]),
-                int(entry["m"]),
-                entry["dtype"],
-                entry.get("layout"),
-                arrays["input"],
-                arrays["expected"],
-                extras,
-            )
+        with _vector_archive(path, data) as arrays:
+            try:
+                loaded = {k: arrays[k] for k in arrays.files}
+                stored_input, expected = loaded.pop("input"), loaded.pop("expected")
+            except (ValueError, KeyError, EOFError, MemoryError, zipfile.BadZipFile) as error:
+                # a member whose header lies (numpy allocates what it declares), a missing array
+                raise ValueError(f"vector file {str(path)!r} cannot be read: {error}") from None
+        yield GoldenVector(
+            entry["name"],
+            entry["function"],
+            int(entry["n"]),
+            int(entry["m"]),
+            entry["dtype"],
+            entry.get("layout"),
+            stored_input,
+            expected,
+            loaded,
+        )
 
 
 def check_golden_vectors(

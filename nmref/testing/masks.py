@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 import nmref
 from nmref._validation import check_choice
 from nmref.testing.cases import DTYPE_NAMES, Case, standard_cases
-from nmref.testing.report import Failure, Report
+from nmref.testing.report import Failure, Report, format_values, input_repr
 
 __all__ = [
     "MaskFunction",
@@ -32,23 +32,6 @@ __all__ = [
 ]
 
 MaskFunction = Callable[[NDArray, int, int], object]
-
-# Inputs up to this size are printed in full in a counterexample.
-_PRINT_LIMIT = 64
-
-
-def _format_values(values: NDArray) -> str:
-    if values.dtype == np.bool_:
-        return "[" + ", ".join(str(int(v)) for v in values) + "]"
-    # str() of a NumPy scalar is the shortest text that round-trips in its own dtype.
-    return "[" + ", ".join(str(v) for v in values) + "]"
-
-
-def _input_repr(array: NDArray) -> str:
-    if array.size > _PRINT_LIMIT:
-        return f"(input of shape {array.shape} not printed; first differing group above)"
-    with np.printoptions(threshold=_PRINT_LIMIT, linewidth=100):
-        return "input = np." + repr(array).replace("\n", "\n  ")
 
 
 def _kept_sum(keys: NDArray, mask: NDArray) -> Fraction | None:
@@ -160,13 +143,13 @@ def compare_masks(
     lines = [
         f"  first differing group: {where}, group {group} "
         f"(entries {group * m}..{group * m + m - 1})",
-        f"    {what}:{' ' * max(1, 10 - len(what))}{_format_values(keys_group)}",
-        f"    expected:  {_format_values(expected_group)}",
-        f"    got:       {_format_values(got_group)}",
+        f"    {what}:{' ' * max(1, 10 - len(what))}{format_values(keys_group)}",
+        f"    expected:  {format_values(expected_group)}",
+        f"    got:       {format_values(got_group)}",
         f"  why: {_hint(keys_group, expected_group, got_group, int(expected_group.sum()))}",
         f"  {int(differs.sum())} of {differs.size} groups differ in this case; "
         f"objective gap {gap:g}",
-        f"  {_input_repr(case.scores)}",
+        f"  {input_repr(case.scores)}",
     ]
     return Failure(check, case, "\n".join(lines)), gap
 
@@ -374,7 +357,7 @@ def check_mask_error_rules(
                 check,
                 case,
                 f"  expected {expected_error.__name__} for {rule}, but a result of shape {shape} "
-                f"was returned\n  {_input_repr(array)}",
+                f"was returned\n  {input_repr(array)}",
             )
         )
     empty = np.zeros((0, 8), dtype=np.float32)

@@ -5,12 +5,33 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+from numpy.typing import NDArray
+
 from nmref.testing.cases import Case
 
 __all__ = ["ConformanceError", "Failure", "Report"]
 
 # How many failures a report keeps in full (the first is the one shown).
 _KEPT_FAILURES = 5
+# Inputs up to this size are printed in full in a counterexample.
+_PRINT_LIMIT = 64
+
+
+def format_values(values: NDArray) -> str:
+    """``[a, b, ...]`` of a 1-D array: 0/1 for a mask, else each value's shortest exact text."""
+    if values.dtype == np.bool_:
+        return "[" + ", ".join(str(int(v)) for v in values) + "]"
+    # str() of a NumPy scalar is the shortest text that round-trips in its own dtype.
+    return "[" + ", ".join(str(v) for v in values) + "]"
+
+
+def input_repr(array: NDArray, name: str = "input") -> str:
+    """``input = np.array([...], dtype=...)``, to paste into a test (if not too large)."""
+    if array.size > _PRINT_LIMIT:
+        return f"({name} of shape {array.shape} not printed; the failing part is above)"
+    with np.printoptions(threshold=_PRINT_LIMIT, linewidth=100):
+        return f"{name} = np." + repr(array).replace("\n", "\n  ")
 
 
 class ConformanceError(AssertionError):

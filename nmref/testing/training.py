@@ -30,6 +30,7 @@ from nmref.testing.report import Failure, Report
 
 __all__ = ["TRAINING_METHODS", "check_sparse_training", "training_cases"]
 
+#: The training methods :func:`check_sparse_training` checks.
 TRAINING_METHODS = ("ste", "srste")
 TrainingFunction = Callable[[NDArray, NDArray, NDArray, int, int], tuple[object, object, object]]
 

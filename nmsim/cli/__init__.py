@@ -16,6 +16,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from nmref.cli.messages import OneLineParser
+
 # Modules that provide ``add_parser(subparsers) -> None``; each registers one or
 # more subcommands whose ``func(args) -> int`` runs them.
 SUBCOMMANDS: tuple[str, ...] = (
@@ -30,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     """Build the argument parser with every registered subcommand."""
     from nmsim import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="nmsim",
         description="Sparse tensor-core model for N:M sparsity: formats, GEMM time, FLOPs.",
     )
@@ -42,9 +44,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``nmsim``; returns the process exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run ``nmsim``; returns the process exit code (2 error, 3 environment, 130 interrupted)."""
+    from nmref._startup import restore_interrupt
+    from nmref.cli.messages import command_parser, in_flag_words, was_interrupted
+    from nmref.io.printable import printable
+
+    try:
+        restore_interrupt()  # from here a Ctrl-C unwinds as KeyboardInterrupt (nmref/_startup.py)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        print("nmsim: interrupted", file=sys.stderr)
+        return 130
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2
@@ -52,12 +63,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except ImportError as error:
         # an optional dependency the command needs is missing: the environment, not the input
-        print(f"nmsim: error: {error}", file=sys.stderr)
+        print(f"nmsim: error: {printable(str(error))}", file=sys.stderr)
         return 3
-    except (ValueError, TypeError, OSError, KeyError) as error:
-        from nmref.cli.messages import in_flag_words
-
-        print(f"nmsim: error: {in_flag_words(str(error), parser)}", file=sys.stderr)
+    except (ValueError, TypeError, OSError, KeyError, SystemError) as error:
+        if was_interrupted(error):  # a Ctrl-C inside a Numba kernel arrives as a SystemError
+            print("nmsim: interrupted", file=sys.stderr)
+            return 130
+        if isinstance(error, SystemError):
+            raise
+        message = in_flag_words(str(error), command_parser(parser, args.command))
+        print(f"nmsim: error: {printable(message)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("nmsim: interrupted", file=sys.stderr)

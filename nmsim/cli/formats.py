@@ -38,7 +38,13 @@ def add_parser(subparsers: Any) -> None:
         "-o", "--output", type=Path, required=True, help="output file, must end in .npz"
     )
     compress.add_argument("--force", action="store_true", help="replace an existing output")
-    compress.add_argument("--layout", choices=METADATA_LAYOUTS, default="cutlass_sm80")
+    compress.add_argument(
+        "--layout",
+        choices=METADATA_LAYOUTS,
+        default="cutlass_sm80",
+        help="metadata layout: cutlass_sm80 (what the sparse kernels read; default) or logical "
+        "(row-major, for reading by eye)",
+    )
     compress.add_argument(
         "--overfull",
         choices=OVERFULL_POLICIES,
@@ -127,18 +133,42 @@ def convert_for_kind(array: np.ndarray, kind: str) -> tuple[np.ndarray, str]:
     if array.dtype.kind not in "fiu":
         raise ValueError(f"cannot convert {array.dtype} to {kind}")
     source = array.astype(np.float64) if array.dtype.kind in "iu" else array
-    if kind == "bf16":
-        converted = _float_to_bf16_bits(source)
-        from nmsim.formats.sparse_2to4 import bf16_bits_to_float32
+    with np.errstate(over="ignore"):  # an overflow is refused below, in one line
+        if kind == "bf16":
+            converted = _float_to_bf16_bits(source)
+            from nmsim.formats.sparse_2to4 import bf16_bits_to_float32
 
-        back = bf16_bits_to_float32(converted).astype(np.float64)
-    else:
-        converted = source.astype(target)
-        back = converted.astype(np.float64)
+            back = bf16_bits_to_float32(converted).astype(np.float64)
+        else:
+            converted = source.astype(target)
+            back = converted.astype(np.float64)
+    _refuse_overflow(source, back, kind)
     with np.errstate(invalid="ignore"):
         changed = int(np.count_nonzero((back != source) & ~(np.isnan(back) & np.isnan(source))))
     return converted, (
         f"rounded {array.dtype} -> {kind} (nearest even): {changed} of {array.size} values changed"
+    )
+
+
+def _refuse_overflow(source: np.ndarray, back: np.ndarray, kind: str) -> None:
+    """Refuse a finite value that rounds to infinity in ``kind`` (it used to become inf with
+    only NumPy's RuntimeWarning): the message names the value, where it is, and the range."""
+    with np.errstate(invalid="ignore"):
+        overflowed = np.isinf(back) & np.isfinite(source.astype(np.float64))
+    if not overflowed.any():
+        return
+    where = tuple(int(i) for i in np.argwhere(overflowed)[0])
+    # bf16's largest finite value is 0x7F7F (about 3.39e38); fp16 and fp32 are NumPy's
+    largest = (
+        float(np.uint32(0x7F7F0000).view(np.float32))
+        if kind == "bf16"
+        else float(np.finfo({"fp16": np.float16, "fp32": np.float32}[kind]).max)
+    )
+    raise ValueError(
+        f"value {float(source[where])!r} at {where} is outside the {kind} range "
+        f"(largest finite magnitude {largest:g}) and would become inf "
+        f"({int(np.count_nonzero(overflowed))} value(s) do); scale the weights or choose a "
+        "wider --dtype"
     )
 
 
@@ -241,7 +271,10 @@ def run_compress(args: argparse.Namespace) -> int:
             "(rows, reduction) matrix: flatten conv weights with "
             "nmref.layouts.to_reduction_matrix first"
         )
-    dense, note = convert_for_kind(array, args.dtype)
+    try:
+        dense, note = convert_for_kind(array, args.dtype)
+    except ValueError as error:
+        raise ValueError(f"{str(args.input)!r} as --dtype {args.dtype}: {error}") from None
     values, metadata = compress_2to4(
         dense, dtype_kind=args.dtype, layout=args.layout, overfull=args.overfull
     )

@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from nmref.cli.messages import pattern_argument
 from nmsim.cli.tables import format_ratio, format_value, print_json, print_table
 
 __all__ = ["add_parser"]
@@ -557,7 +558,13 @@ def _add_method_options(parser: argparse.ArgumentParser) -> None:
         help="dense, inference_only, forward_only, srste, asp, transposable, "
         "bimask, bame, all_sparse",
     )
-    parser.add_argument("--pattern", default="2:4", help="N:M pattern, N kept of M")
+    parser.add_argument(
+        "--pattern",
+        type=pattern_argument,
+        default="2:4",
+        metavar="N:M",
+        help="N:M pattern, N kept of every M (default 2:4)",
+    )
     parser.add_argument(
         "--keep-dense",
         default="stem,head",
@@ -569,7 +576,12 @@ def _add_method_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--skip-first-input-grad", action="store_true", help="do not count dX of the first layer"
     )
-    parser.add_argument("--asp-dense-fraction", type=float, default=0.5)
+    parser.add_argument(
+        "--asp-dense-fraction",
+        type=float,
+        default=0.5,
+        help="ASP: share of all steps trained dense before the mask (default 0.5)",
+    )
     parser.add_argument(
         "--bame-update-overhead",
         type=float,
@@ -592,23 +604,49 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=_run_gpus)
 
     p = subparsers.add_parser("gemm", help="time one dense / N:M-sparse GEMM on a GPU")
-    p.add_argument("--gpu", required=True)
+    p.add_argument(
+        "--gpu", required=True, help="GPU name or key, as `nmsim gpus` lists them (e.g. a100)"
+    )
     p.add_argument("-m", type=int, required=True, help="rows of A and C (A is the sparse operand)")
     p.add_argument("-n", type=int, required=True, help="columns of B and C")
     p.add_argument("-k", type=int, required=True, help="reduction length")
-    p.add_argument("--dtype", default="bf16")
-    p.add_argument("--accumulate", default=None)
-    p.add_argument("--output-dtype", default=None)
-    p.add_argument("--sparse", default=None, help="N:M pattern of A along k, e.g. 2:4")
-    p.add_argument("--incompatible", choices=("error", "dense"), default="error")
+    p.add_argument(
+        "--dtype", default="bf16", help="input dtype of A and B: fp16, bf16, tf32, fp8, int8"
+    )
+    p.add_argument(
+        "--accumulate", default=None, help="accumulator dtype (default fp32; int32 for int8)"
+    )
+    p.add_argument(
+        "--output-dtype",
+        default=None,
+        help="dtype of C (default the input dtype; fp32 for tf32, bf16 for fp8, int32 for int8)",
+    )
+    p.add_argument(
+        "--sparse",
+        type=pattern_argument,
+        default=None,
+        metavar="N:M",
+        help="N:M pattern of A along k (N kept of every M), e.g. 2:4",
+    )
+    p.add_argument(
+        "--incompatible",
+        choices=("error", "dense"),
+        default="error",
+        help="a pattern the sparse tensor cores cannot run: an error (default), or time it dense",
+    )
     _add_library_options(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_run_gemm)
 
     p = subparsers.add_parser("flops", help="training FLOPs per GEMM, phase and method")
     _add_method_options(p)
-    p.add_argument("--examples", type=float, default=1_281_167)
-    p.add_argument("--epochs", type=float, default=100)
+    p.add_argument(
+        "--examples",
+        type=float,
+        default=1_281_167,
+        help="training examples per epoch (default 1,281,167: ImageNet-1k)",
+    )
+    p.add_argument("--epochs", type=float, default=100, help="epochs (default 100)")
     p.add_argument("--layers", action="store_true", help="print every layer")
     p.add_argument(
         "--compare", action="store_true", help="table of every method and accounting assumption"
@@ -617,10 +655,17 @@ def add_parser(subparsers: Any) -> None:
 
     p = subparsers.add_parser("estimate", help="step time: GEMMs + non-GEMM (Amdahl)")
     _add_method_options(p)
-    p.add_argument("--gpu", required=True)
-    p.add_argument("--batch", type=int, required=True)
-    p.add_argument("--dtype", default="bf16")
-    p.add_argument("--mode", choices=("train", "inference"), default="train")
+    p.add_argument(
+        "--gpu", required=True, help="GPU name or key, as `nmsim gpus` lists them (e.g. a100)"
+    )
+    p.add_argument("--batch", type=int, required=True, help="examples per step")
+    p.add_argument("--dtype", default="bf16", help="GEMM input dtype: fp16, bf16, tf32, fp8, int8")
+    p.add_argument(
+        "--mode",
+        choices=("train", "inference"),
+        default="train",
+        help="a training step (forward, dX, dW) or an inference forward",
+    )
     p.add_argument(
         "--non-gemm-fraction",
         type=float,

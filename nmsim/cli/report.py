@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nmsim.cli.tables import format_ratio, printable
+from nmsim.cli.tables import format_ratio, output_width, printable
 
 __all__ = [
     "add_parser",
@@ -98,7 +99,8 @@ def add_parser(subparsers: Any) -> None:
         type=int,
         default=1,
         metavar="N",
-        help="processes (same result as 1); with --scheduler local, the local Dask cluster's size",
+        help="processes (same result as 1); with --scheduler local, the local Dask cluster's "
+        "size; at most the CPU cores this process may use (more is capped, and said)",
     )
     parser.add_argument(
         "--scheduler",
@@ -115,9 +117,16 @@ def add_parser(subparsers: Any) -> None:
         "precision), or a markdown table (rounded as the table)",
     )
     parser.add_argument(
-        "--out", metavar="DIR", help="folder for report.json, report.csv and PNG plots"
+        "--out",
+        metavar="DIR",
+        help="the report's own folder for report.json, report.csv and PNG plots (all "
+        "published at once)",
     )
-    parser.add_argument("--force", action="store_true", help="replace existing files in --out")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the report already in --out (a folder holding only report files)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
 
@@ -222,6 +231,7 @@ class _Column:
     right: bool = False
     compact: bool = True
     compact_header: str = ""
+    compact_width: int | None = None  # set by _narrow_names for the compact table
 
 
 @dataclass
@@ -265,7 +275,9 @@ def _table_model(report: dict[str, Any]) -> _TableModel:
                 + (" bwd" if key == "bimask" else ""),
                 _percent(total["kept_fraction"]) if total else "-",
                 right=True,
-                compact_header=f"kept\n{label}",
+                # "T-\ngreedy": the header, not the 6-character cells, would set the width
+                compact_header="kept\n"
+                + (label.replace("-", "-\n", 1) if len(label) > 6 else label),
             )
         )
         if key == "transposable":
@@ -372,10 +384,12 @@ def _rich_table(model: _TableModel, compact: bool) -> Any:
             justify="right" if column.right else "left",
             overflow="fold",
             # compact: the value cells may wrap too ("does not fit" is the widest kept
-            # cell), or the tensor column is squeezed to nothing at 80 columns
-            no_wrap=column.key not in ("tensor", "note") and not compact,
-            ratio=1 if column.key == "tensor" else None,
+            # cell), or the tensor column is squeezed to nothing at 80 columns; the interval
+            # never ("1.01x [0.83, 1.27]" on one line, the verdict on the next)
+            no_wrap=column.key not in ("tensor", "note") and (not compact or column.key == "fwd"),
+            ratio=1 if column.key == "tensor" and not column.compact_width else None,
             min_width=12 if column.key == "tensor" else None,
+            width=column.compact_width if compact else None,
         )
     for cells, is_error in model.rows:
         values = []
@@ -389,6 +403,122 @@ def _rich_table(model: _TableModel, compact: bool) -> Any:
             values.append(Text(text))
         table.add_row(*values, style="red" if is_error else None)
     return table
+
+
+def _compact_lines(model: _TableModel, column: _Column) -> list[str]:
+    """Every line the compact table prints in ``column``: header, cells and footer."""
+    texts = [column.compact_header or column.header, column.footer]
+    key = "kept1:" + column.key.removeprefix("kept:") if column.key.startswith("kept:") else None
+    for cells, _ in model.rows:
+        texts.append(cells.get(key or column.key, ""))
+    if column.key == "fwd":
+        texts = [text.replace(" [", "\n[", 1) for text in texts[:1]] + [
+            text.replace("] ", "]\n", 1) for text in texts[1:]
+        ]
+    return [line for text in texts for line in text.split("\n")]
+
+
+def _narrow_names(model: _TableModel, width: int) -> tuple[_TableModel, str]:
+    """The compact table's tensor names for ``width`` columns, and a note when shortened.
+
+    What the other columns need is left to the names: when the longest name does not fit,
+    the dotted prefix and suffix every name shares are left out (the note names them), and
+    names wrap at their dots, never inside a part.
+    """
+    from dataclasses import replace
+
+    from rich.cells import cell_len
+
+    def least(column: _Column) -> int:
+        """The column's least width: its widest line, or widest word where cells wrap."""
+        texts = _compact_lines(model, column)
+        if column.key not in ("fwd", "shape"):  # wraps at spaces ("does not fit")
+            texts = [word for text in texts for word in text.split()]
+        return max(map(cell_len, texts), default=1)
+
+    def budget_for(columns: list[_Column]) -> int:
+        others = [c for c in columns if c.compact and c.key != "tensor"]
+        needed = sum(least(column) for column in others)
+        # SIMPLE_HEAD, right padding 1: every column takes its width + 2, the table 1 more.
+        return max(12, width - needed - 2 * (len(others) + 1) - 1)
+
+    names = [cells["tensor"] for cells, _ in model.rows]
+    columns = model.columns
+    budget = budget_for(columns)
+    head, tail = "", ""
+    if len(names) > 1 and max(map(cell_len, names), default=0) > budget:
+        head, tail = _shared_parts(names)
+    short = [_shortened(name, head, tail) for name in names]
+
+    def lines(limit: int) -> int:
+        return max((_wrap_at_dots(name, limit).count("\n") + 1 for name in short), default=1)
+
+    if lines(budget) > 2:
+        # Fewer columns before more lines per row: the shape goes (the wide table has it).
+        narrower = [replace(c, compact=False) if c.key == "shape" else c for c in columns]
+        if lines(budget_for(narrower)) < lines(budget):
+            columns, budget = narrower, budget_for(narrower)
+    rows = [
+        ({**cells, "tensor": _wrap_at_dots(name, budget)}, is_error)
+        for (cells, is_error), name in zip(model.rows, short, strict=True)
+    ]
+    model = replace(model, rows=rows)
+    # Fixed widths (rich would crop the last column rather than wrap the others): the
+    # least each column needs; what is left widens the wrapping ones toward one line.
+    shown = [c for c in columns if c.compact]
+    widths = {c.key: least(c) for c in shown}
+    tensor = next((c for c in shown if c.key == "tensor"), None)
+    if tensor is not None:
+        widths["tensor"] = max(
+            len(line) for c in [tensor] for line in _compact_lines(model, c) if line
+        )
+    spare = width - (sum(widths.values()) + 2 * len(shown) + 1)
+    widest = {
+        c.key: max(map(cell_len, _compact_lines(model, c)))
+        for c in shown
+        if c.key.startswith("kept:")
+    }
+    while spare > 0 and any(widths[key] < most for key, most in widest.items()):
+        for key, most in widest.items():  # one column at a time, evenly
+            if spare > 0 and widths[key] < most:
+                widths[key] += 1
+                spare -= 1
+    columns = [replace(c, compact_width=widths[c.key]) if c.key in widths else c for c in columns]
+    note = ""
+    if head or tail:
+        note = f"tensor names without their shared {' and '.join(filter(None, (head, tail)))}"
+    return replace(model, columns=columns), note
+
+
+def _shortened(name: str, head: str, tail: str) -> str:
+    name = name.removeprefix(head)
+    return name[: len(name) - len(tail)] if tail and name.endswith(tail) else name
+
+
+def _shared_parts(names: list[str]) -> tuple[str, str]:
+    """The dotted prefix and suffix all ``names`` share; each name keeps one part of its own."""
+    split = [name.split(".") for name in names]
+    shortest = min(len(parts) for parts in split)
+    start = 0
+    while start < shortest - 1 and len({parts[start] for parts in split}) == 1:
+        start += 1
+    end = 0
+    while start + end < shortest - 1 and len({parts[-1 - end] for parts in split}) == 1:
+        end += 1
+    head = ".".join(split[0][:start]) + "." if start else ""
+    tail = "." + ".".join(split[0][len(split[0]) - end :]) if end else ""
+    return head, tail
+
+
+def _wrap_at_dots(name: str, width: int) -> str:
+    """``name`` in lines of at most ``width`` characters, broken after dots (a part longer
+    than ``width`` is left whole; the table folds it)."""
+    lines = [""]
+    for part in re.findall(r"[^.]*\.|[^.]+$", name):
+        if lines[-1] and len(lines[-1]) + len(part) > width:
+            lines.append("")
+        lines[-1] += part
+    return "\n".join(lines)
 
 
 def wide_table_width(report: dict[str, Any], console: Any) -> int:
@@ -435,7 +565,9 @@ def render_table(report: dict[str, Any], console: Any) -> None:
             skipped.setdefault(entry["reason"], []).append(printable(entry["name"]))
     table = _rich_table(model, compact=False)
     compact = wide_table_width(report, console) > console.width
+    shortened = ""
     if compact:
+        model, shortened = _narrow_names(model, console.width)
         table = _rich_table(model, compact=True)
     description = checkpoint.get("description", "")
     metadata = checkpoint.get("metadata") or {}
@@ -455,8 +587,9 @@ def render_table(report: dict[str, Any], console: Any) -> None:
     if compact:
         hidden = [c.header for c in model.columns if not c.compact]
         console.print(
-            f"(at {console.width} columns: {', '.join(hidden)} and the greedy gap left out; "
-            "a wider terminal, --format markdown or --format csv shows them)",
+            f"(at {console.width} columns: {', '.join(hidden)} and the greedy gap left out"
+            + (f"; {shortened}" if shortened else "")
+            + "; a wider terminal, --format markdown or --format csv shows them)",
             markup=False,
             style="dim",
         )
@@ -578,6 +711,12 @@ def _heatmap_weight(report: dict[str, Any], checkpoint: str | None) -> dict[str,
     return {}
 
 
+def _report_inputs(checkpoint: str | None) -> tuple[str, ...]:
+    """What ``--out`` must never replace or hold: the checkpoint argument (a file, a model
+    folder or an index; a built-in model's name matches no path)."""
+    return (checkpoint,) if checkpoint else ()
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``nmsim report``; returns the exit status."""
     try:
@@ -586,9 +725,14 @@ def run(args: argparse.Namespace) -> int:
         from nmsim.report.build import ReportSettings, build_report
     except ImportError as error:
         raise ImportError(
-            f"nmsim report needs the 'report' extra ({error.name} is missing): "
-            "pip install 'nm-sparsity-ref[report]'"
+            f"nmsim report needs {error.name}, a dependency of nm-sparsity-ref that is missing: "
+            "pip install nm-sparsity-ref"
         ) from error
+    if args.scheduler in (None, "local", "local-threads") and args.workers > 1:
+        from nmref.io.workers import capped_workers
+
+        # forked processes or a local cluster: never more than the cores (one line says so)
+        args.workers = capped_workers(args.workers)
     settings = ReportSettings(
         pattern=args.pattern,
         methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()),
@@ -603,17 +747,10 @@ def run(args: argparse.Namespace) -> int:
         bimask_candidates=args.bimask_candidates,
     )
     if args.out is not None:
-        from nmsim.report.files import JSON_NAME
+        from nmsim.report.files import check_out
 
-        out = Path(args.out)
-        # Fail before the work when the main output is already there.
-        if (out / JSON_NAME).exists() and not args.force:
-            raise ValueError(
-                f"--out {args.out!r} already holds {JSON_NAME}; "
-                "choose another folder or pass --force to replace it"
-            )
-        if out.exists() and not out.is_dir():
-            raise ValueError(f"--out {args.out!r} exists and is not a folder")
+        # Fail before the work when the folder cannot be written (checked again on writing).
+        check_out(args.out, force=args.force, inputs=_report_inputs(args.checkpoint))
     from nmref.io.compile_notice import compile_notice
 
     errors = Console(stderr=True)
@@ -647,12 +784,12 @@ def run(args: argparse.Namespace) -> int:
                 args.out,
                 _heatmap_weight(report, args.checkpoint),
                 force=args.force,
-                inputs=(args.checkpoint,) if args.checkpoint else (),
+                inputs=_report_inputs(args.checkpoint),
             )
         except ImportError as error:
             raise ImportError(
                 f"--out needs matplotlib ({error.name} is missing): "
-                "pip install 'nm-sparsity-ref[report]'"
+                "pip install 'nm-sparsity-ref[plots]'"
             ) from error
         errors.print(f"wrote {', '.join(str(p) for p in written)}", highlight=False)
     output_format = "json" if args.json else args.format
@@ -666,8 +803,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render_markdown(report))
     else:
         console = Console(highlight=False, emoji=False)
-        if not console.is_terminal:
-            # Piped output (README, logs): every column, names never cut or wrapped.
+        if not console.is_terminal and output_width() is None:
+            # Piped output (README, logs) without COLUMNS: every column, names never cut.
             width = max(200, wide_table_width(report, console))
             console = Console(highlight=False, emoji=False, width=width)
         render_table(report, console)

@@ -1,9 +1,10 @@
 """``nmsim verify``: run the conformance suite and the golden vectors on the torch path.
 
 Prints one row per algorithm x dtype x device (cases, mismatches, max gap) and
-exits 1 if any case mismatches, 0 otherwise. Without torch, nmref itself is
-checked against the golden vectors shipped in the package and one line says that
-the torch path was skipped. Example::
+exits 1 if any case mismatches, 0 otherwise. While it runs, one progress line per
+row goes to stderr as the row finishes, on a terminal or not (``--quiet``: none).
+Without torch, nmref itself is checked against the golden vectors shipped in the
+package and one line says that the torch path was skipped. Example::
 
     nmsim verify --device cpu --quick
 """
@@ -44,6 +45,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--only", default=None, help="run only suites whose name contains this text"
     )
+    parser.add_argument(
+        "--quiet", action="store_true", help="no progress lines on stderr (one per table row)"
+    )
     parser.set_defaults(func=_run_command)
 
 
@@ -73,20 +77,23 @@ def run_verify(
     vectors: Path | None = None,
     only: str | None = None,
     out=None,
+    progress=None,
 ) -> int:
     """Run every registered suite and the golden vectors; print the table; return the exit code.
 
     Without torch the torch path cannot run: nmref itself is checked against the
     golden vectors instead, one line says the torch path was skipped, and the exit
-    code reflects the vectors alone.
+    code reflects the vectors alone. ``progress`` (a text stream; the command gives
+    stderr) gets one line per table row as the row finishes.
     """
     out = out or sys.stdout
+    tell = _Progress(progress)
     try:
         import torch
     except ModuleNotFoundError as error:
         if error.name != "torch":
             raise  # a broken torch install is an error, not a missing optional dependency
-        return _run_without_torch(device, vectors, only, out)
+        return _run_without_torch(device, vectors, only, out, tell)
 
     from nmref.testing.golden import default_vectors_dir, read_manifest
     from nmsim.torch import conformance, golden_implementation
@@ -97,35 +104,41 @@ def run_verify(
     device_name = str(torch_device)
     rows = []
     failures = []
-    for suite in conformance.SUITES.values():
-        if only and only not in suite.name:
-            continue
-        for dtype in suite.dtypes:
-            start = time.perf_counter()
-            report = suite.run(dtype, device_name, quick)
-            seconds = time.perf_counter() - start
-            rows.append(
-                (
-                    suite.name,
-                    dtype,
-                    device_name,
-                    report.cases,
-                    report.mismatches,
-                    report.max_gap,
-                    seconds,
-                )
-            )
-            if not report.ok:
-                failures.append(report)
     directory = vectors if vectors is not None else default_vectors_dir()
+    golden = (not only or only in GOLDEN_ROW) and (directory / "manifest.json").exists()
+    planned = [
+        (suite, dtype)
+        for suite in conformance.SUITES.values()
+        if not only or only in suite.name
+        for dtype in suite.dtypes
+    ]
+    tell.total = len(planned) + golden
+    for suite, dtype in planned:
+        start = time.perf_counter()
+        report = suite.run(dtype, device_name, quick)
+        seconds = time.perf_counter() - start
+        row = (
+            suite.name,
+            dtype,
+            device_name,
+            report.cases,
+            report.mismatches,
+            report.max_gap,
+            seconds,
+        )
+        rows.append(row)
+        tell.row(row)
+        if not report.ok:
+            failures.append(report)
     if vectors is not None:
         read_manifest(vectors)  # a folder the user named must be a vectors folder: say why not
     if not only or only in GOLDEN_ROW:
-        if (directory / "manifest.json").exists():
+        if golden:
             row, report = _golden_row(
                 lambda vector: golden_implementation(vector, device_name), directory, device_name
             )
             rows.append(row)
+            tell.row(row)
             if not report.ok:
                 failures.append(report)
         else:
@@ -159,7 +172,32 @@ def _golden_row(implementation_for, directory: Path, device_name: str):
     return row, report
 
 
-def _run_without_torch(device: str, vectors: Path | None, only: str | None, out) -> int:
+class _Progress:
+    """One line per finished table row on a text stream (or nothing without one)."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.total = 0
+        self.done = 0
+        self.started = time.perf_counter()
+
+    def row(self, row: tuple) -> None:
+        self.done += 1
+        if self.stream is None:
+            return
+        name, dtype, _, cases, mismatches, _, seconds = row
+        elapsed = time.perf_counter() - self.started
+        print(
+            f"nmsim verify [{self.done}/{self.total}] {name} {dtype}: {cases} cases, "
+            f"{mismatches} mismatches, {seconds:.1f} s ({elapsed:.0f} s elapsed)",
+            file=self.stream,
+            flush=True,
+        )
+
+
+def _run_without_torch(
+    device: str, vectors: Path | None, only: str | None, out, tell: _Progress
+) -> int:
     """nmref against the golden vectors: what an install without torch can check."""
     from nmref import __version__ as nmref_version
     from nmref.testing.golden import default_vectors_dir, nmref_implementation, read_manifest
@@ -175,7 +213,9 @@ def _run_without_torch(device: str, vectors: Path | None, only: str | None, out)
     # Missing vectors here would leave nothing checked at all: an error, not a note.
     if not (directory / "manifest.json").exists():
         raise FileNotFoundError(f"golden vectors: no manifest.json in {directory}")
+    tell.total = 1
     row, report = _golden_row(nmref_implementation, directory, "nmref")
+    tell.row(row)
     print(f"nmsim verify: nmref {nmref_version}", file=out)
     print("torch path skipped: torch is not installed (checked nmref only)", file=out)
     return _print_outcome([row], [report] if not report.ok else [], out)
@@ -196,4 +236,5 @@ def _print_outcome(rows, failures, out) -> int:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    return run_verify(args.device, args.quick, args.vectors, args.only)
+    progress = None if args.quiet else sys.stderr
+    return run_verify(args.device, args.quick, args.vectors, args.only, progress=progress)

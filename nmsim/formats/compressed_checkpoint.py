@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from nmref._json_toml import load_json
 from nmsim.formats.compressed_tensors import (
     SPARSE24_KINDS,
     CheckpointFormatError,
@@ -129,8 +130,8 @@ class SafetensorsFile:
                 )
             raw = handle.read(header_size)
         try:
-            header = json.loads(raw)
-        except (UnicodeDecodeError, ValueError):
+            header = load_json(raw, f"{where}: its header")
+        except (UnicodeDecodeError, json.JSONDecodeError):
             raise ValueError(f"{where}: its header is not JSON") from None
         if not isinstance(header, dict):
             raise ValueError(f"{where}: its header is not a JSON object")
@@ -143,6 +144,12 @@ class SafetensorsFile:
         self.entries: dict[str, Entry] = {}
         for name, item in header.items():
             self.entries[name] = self._entry(where, name, item, data_size)
+        # the container check every nmref reader applies (gaps, overlaps, trailing bytes,
+        # unknown dtypes): the checks above are per entry, and a file they pass was converted
+        # although every other command refused it
+        from nmref.io.checkpoints import check_safetensors_file
+
+        check_safetensors_file(self.path)
 
     @staticmethod
     def _entry(where: str, name: str, item: Any, data_size: int) -> Entry:
@@ -229,6 +236,7 @@ class Layer:
     parts: dict[str, tuple[int, str]]  # suffix -> (file index, tensor name)
     shape: tuple[int, int]
     kind: str
+    format: str  # one of FORMATS: a checkpoint may store its layers in several
 
 
 @dataclass
@@ -248,8 +256,9 @@ class CompressedCheckpoint:
         return self.raw(*layer.parts[suffix])
 
     def decode(self, layer: Layer) -> Decoded:
-        """Decode and validate one layer (``marlin-24``: dequantised, as float32)."""
-        if self.format == "sparse-24-bitmask":
+        """Decode and validate one layer, in its own format (``marlin-24``: dequantised, as
+        float32)."""
+        if layer.format == "sparse-24-bitmask":
             return decode_bitmask(
                 self._part(layer, ".compressed"),
                 self._part(layer, ".bitmask"),
@@ -257,7 +266,7 @@ class CompressedCheckpoint:
                 layer.kind,
                 tensor=layer.prefix,
             )
-        if self.format == "sparse-24":
+        if layer.format == "sparse-24":
             return decode_sparse24(
                 self._part(layer, ".weight.sparse_24_packed_weight"),
                 self._part(layer, ".weight.meta"),
@@ -320,8 +329,8 @@ def _read_json(path: Path) -> Any:
     if path.stat().st_size > _CONFIG_LIMIT:
         raise ValueError(f"{str(path)!r} is over {_CONFIG_LIMIT} bytes; not read")
     try:
-        return json.loads(path.read_bytes())
-    except (UnicodeDecodeError, ValueError):
+        return load_json(path.read_bytes(), repr(str(path)))
+    except (UnicodeDecodeError, json.JSONDecodeError):
         raise ValueError(f"{str(path)!r} is not valid JSON") from None
 
 
@@ -358,20 +367,26 @@ def config_format(config: Any, where: str) -> str | None:
     return name
 
 
-def _format_from_names(names: list[str]) -> str | None:
+def _formats_from_names(names: list[str]) -> list[str]:
+    """Every 2:4 format whose tensor names appear, in :data:`FORMATS` order.
+
+    A file may store layers in several (a bitmask layer beside sparse-24 ones): each is
+    decoded in its own, never copied as if it were a plain tensor.
+    """
     endings = {n.rsplit(".", 1)[-1] for n in names if "." in n}
-    if "sparse_24_packed_weight" in endings:
-        return "sparse-24"
-    if "row_offsets" in endings and "bitmask" in endings:
-        raise ValueError(
-            "the tensors are in compressed-tensors' unstructured 'sparse-bitmask' format "
-            "(.row_offsets), not a 2:4 format"
-        )
+    found = []
     if {"compressed", "bitmask"} <= endings:
-        return "sparse-24-bitmask"
+        if "row_offsets" in endings and "sparse_24_packed_weight" not in endings:
+            raise ValueError(
+                "the tensors are in compressed-tensors' unstructured 'sparse-bitmask' format "
+                "(.row_offsets), not a 2:4 format"
+            )
+        found.append("sparse-24-bitmask")
+    if "sparse_24_packed_weight" in endings:
+        found.append("sparse-24")
     if {"weight_packed", "scale_packed", "meta"} <= endings:
-        return "marlin-24"
-    return None
+        found.append("marlin-24")
+    return found
 
 
 def _layer_shape(
@@ -448,40 +463,53 @@ def open_checkpoint(path: str | os.PathLike[str]) -> CompressedCheckpoint | None
                 f"{files[index].path.name!r}: which one is meant is ambiguous"
             )
         owner[name] = index
-    found = _format_from_names([n for _, n in names])
-    if declared is None and found is None:
+    found = _formats_from_names([n for _, n in names])
+    if declared is None and not found:
         return None
-    if declared is not None and found is not None and declared != found:
+    if declared is not None and found and declared not in found:
         raise ValueError(
-            f"{str(config_path)!r} says format {declared!r} but the tensors are stored as {found!r}"
+            f"{str(config_path)!r} says format {declared!r} but the tensors are stored as "
+            f"{found[0]!r}"
         )
-    fmt = declared or found
-    assert fmt is not None
+    formats = found or [declared]
     source = "config.json" if declared else "tensor names"
-    suffixes = FORMATS[fmt]
-    groups: dict[str, dict[str, tuple[int, str]]] = {}
+    # the longest suffix first: sparse-24's '.weight.meta' is not marlin-24's '.meta'
+    suffixes = sorted(
+        ((suffix, fmt) for fmt in formats for suffix in FORMATS[fmt]), key=lambda s: -len(s[0])
+    )
+    groups: dict[tuple[str, str], dict[str, tuple[int, str]]] = {}
     passthrough: list[tuple[int, str]] = []
     for index, name in names:
-        for suffix in suffixes:
+        for suffix, fmt in suffixes:
             if name.endswith(suffix) and len(name) > len(suffix):
-                groups.setdefault(name[: -len(suffix)], {})[suffix] = (index, name)
+                groups.setdefault((fmt, name[: -len(suffix)]), {})[suffix] = (index, name)
                 break
         else:
             passthrough.append((index, name))
     if not groups:
+        fmt = formats[0]
         raise ValueError(
-            f"{str(path)!r}: config.json says format {fmt!r} but no tensor ends in {suffixes[0]!r}"
+            f"{str(path)!r}: config.json says format {fmt!r} but no tensor ends in "
+            f"{FORMATS[fmt][0]!r}"
         )
     layers = []
-    for prefix, parts in groups.items():
-        missing = [s for s in suffixes if s not in parts]
+    stored_as: dict[str, str] = {}
+    for (fmt, prefix), parts in groups.items():
+        missing = [s for s in FORMATS[fmt] if s not in parts]
         if missing:
             raise CheckpointFormatError(
                 prefix, f"{fmt} layer lacks {', '.join(prefix + s for s in missing)}"
             )
+        if prefix in stored_as:
+            raise CheckpointFormatError(
+                prefix,
+                f"is stored twice, as {stored_as[prefix]} and as {fmt}: which one is the "
+                "layer is ambiguous",
+            )
+        stored_as[prefix] = fmt
         shape, kind = _layer_shape(fmt, parts, files, prefix)
-        layers.append(Layer(f"{prefix}.weight", prefix, parts, shape, kind))
-    return CompressedCheckpoint(fmt, source, files, layers, passthrough)
+        layers.append(Layer(f"{prefix}.weight", prefix, parts, shape, kind, fmt))
+    return CompressedCheckpoint(" + ".join(formats), source, files, layers, passthrough)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -539,6 +567,22 @@ def _encode(
     return {f"{prefix}.weight.sparse_24_packed_weight": values, f"{prefix}.weight.meta": meta}
 
 
+def _kept_dense(error: CheckpointFormatError, kind: str, target: str) -> str:
+    """The note of a weight that stays dense because ``target`` cannot hold it.
+
+    fp32 is the one kind whose sparse tensor-core mode is not 2:4: ``sparse-24`` stores it as
+    TF32 1:2 (one nonzero per pair), so a perfectly 2:4 fp32 weight does not fit; say that,
+    not "not 2:4".
+    """
+    if kind == "fp32" and target == "sparse-24" and error.row is not None:
+        return (
+            f"kept dense: fp32 needs 1:2 on the hardware, not 2:4 (sparse-24 stores fp32 as "
+            f"TF32, one nonzero per pair; {error}); 2:4 fp32 fits --to sparse-24-bitmask, or "
+            "cast it to fp16/bf16 first"
+        )
+    return f"kept dense: {error}"
+
+
 def _copy(files: list[SafetensorsFile], index: int, name: str) -> _Planned:
     entry = files[index].entries[name]
     return _Planned(
@@ -550,7 +594,7 @@ def _plan(source: Path, target: str) -> tuple[list[_Planned], str]:
     checkpoint = open_checkpoint(source)
     plans: list[_Planned] = []
     if checkpoint is not None:
-        if checkpoint.format == "marlin-24" and target != "dense":
+        if target != "dense" and any(layer.format == "marlin-24" for layer in checkpoint.layers):
             raise ValueError(
                 f"{str(source)!r} is marlin-24 (quantised): it converts only --to dense, "
                 "which writes the dequantised float32 weights"
@@ -558,7 +602,7 @@ def _plan(source: Path, target: str) -> tuple[list[_Planned], str]:
         for layer in checkpoint.layers:
             rows, cols = layer.shape
             decoded = checkpoint.decode(layer)  # validates; run again when writing
-            layer_target, note = target, f"{checkpoint.format} -> {target}"
+            layer_target, note = target, f"{layer.format} -> {target}"
             if target == "sparse-24" and layer.kind not in SPARSE24_KINDS:
                 layer_target = "dense"
                 note = f"kept dense: sparse-24 stores {', '.join(SPARSE24_KINDS)}, not {layer.kind}"
@@ -567,7 +611,7 @@ def _plan(source: Path, target: str) -> tuple[list[_Planned], str]:
                     _encode(target, layer.prefix, decoded.dense, decoded.kind, decoded.mask)
                 except CheckpointFormatError as error:
                     # e.g. an fp32 2:4 layer, which sparse-24's 1:2 mode cannot hold
-                    layer_target, note = "dense", f"kept dense: {error}"
+                    layer_target, note = "dense", _kept_dense(error, decoded.kind, target)
 
             def produce(layer: Layer = layer, to: str = layer_target) -> dict[str, np.ndarray]:
                 again = checkpoint.decode(layer)
@@ -603,7 +647,8 @@ def _plan(source: Path, target: str) -> tuple[list[_Planned], str]:
                 _encode(target, prefix, file.array(name), kind, None)
             except CheckpointFormatError as error:
                 copied = _copy(files, index, name)
-                plans.append(_Planned(copied.entries, copied.produce, f"kept dense: {error}"))
+                note = _kept_dense(error, kind, target)
+                plans.append(_Planned(copied.entries, copied.produce, note))
                 continue
             encoded += 1
 
@@ -624,11 +669,37 @@ def _plan(source: Path, target: str) -> tuple[list[_Planned], str]:
                 )
             )
     if encoded == 0:
+        kept = [p for p in plans if p.note.startswith("kept dense")]
+        # the first weight's own reason: "not 2:4" was said of fp32 weights that all were
+        why = ""
+        if kept:
+            name = kept[0].entries[0][0]
+            reason = kept[0].note.removeprefix("kept dense: ").replace(f"tensor {name!r}: ", "")
+            why = f" (the first, {name!r}: {reason})"
         raise ValueError(
-            f"{str(source)!r} has no 2-D '.weight' tensor that is 2:4 (and aligned for {target}); "
+            f"{str(source)!r} has no 2-D '.weight' tensor that {target} can hold{why}; "
             "nothing to convert"
         )
     return plans, "dense"
+
+
+def _refuse_ambiguous_layers(names: set[str], flag: str, output: Path) -> None:
+    """Refuse an output holding a layer twice: dense ``L.weight`` beside compressed ``L.*``.
+
+    A reader could not tell which is the layer's weight (``--to sparse-24-bitmask`` of a
+    file holding ``l.weight`` and a compressed ``l`` once wrote both). A format is known
+    by its values tensor (``.compressed``, ``.weight.sparse_24_packed_weight``,
+    ``.weight_packed``), never by a generic ending such as ``.meta``.
+    """
+    for name in sorted(names):
+        for fmt, suffixes in FORMATS.items():
+            prefix = name[: -len(suffixes[0])]
+            if name.endswith(suffixes[0]) and prefix and f"{prefix}.weight" in names:
+                raise ValueError(
+                    f"{flag} {str(output)!r} would hold both {prefix + '.weight'!r} and "
+                    f"{name!r} ({fmt}): an ambiguous checkpoint (which is the layer's weight?); "
+                    "refused. Remove one of them from the input"
+                )
 
 
 def convert(
@@ -683,6 +754,7 @@ def convert(
         if name in seen:
             raise ValueError(f"two output tensors would be named {name!r}")
         seen.add(name)
+    _refuse_ambiguous_layers(seen, flag, output)
     metadata = {"format": "pt", "nmsim_converted_from": origin}
     if target != "dense":
         metadata["compressed_tensors_format"] = target
@@ -716,7 +788,7 @@ def stored_mask_summary(checkpoint: CompressedCheckpoint, layer: Layer) -> dict[
     mask = decoded.mask
     groups = mask.size // 4
     out: dict[str, Any] = {
-        "format": checkpoint.format,
+        "format": layer.format,
         "valid": True,
         "groups": int(groups),
         "stored": int(np.count_nonzero(mask)),

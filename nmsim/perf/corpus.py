@@ -24,6 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from nmref._json_toml import load_toml
 from nmref.io.checkpoints import check_regular_file
 from nmsim.perf.hardware import get_gpu, normalize_dtype
 
@@ -334,7 +335,7 @@ def load_corpus_file(
     if text is None:
         text = _read_corpus_text(Path(path), name)
     try:
-        raw = tomllib.loads(text)
+        raw = load_toml(text, name)
     except tomllib.TOMLDecodeError as error:
         raise CorpusError(f"{name}: not valid TOML: {error}") from error
     unknown = sorted(set(raw) - {"sources", "rows", "schema_version"})

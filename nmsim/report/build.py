@@ -18,6 +18,7 @@ import functools
 import json
 import math
 import multiprocessing
+import os
 import re
 import zlib
 from collections.abc import Callable, Iterator
@@ -37,6 +38,7 @@ from nmref.io.checkpoints import (
     list_tensors,
     read_tensor,
 )
+from nmref.io.selection import embedding_skip_reason
 from nmref.io.sharded import is_model_input
 from nmref.layouts import LAYOUTS, default_layout, to_reduction_shape
 from nmref.patterns import Pattern, parse_pattern
@@ -66,8 +68,6 @@ __all__ = [
 SCHEMA = "nmsim.report/1"
 DEFAULT_CHECKPOINT = "digits_mlp.safetensors"
 DTYPES = ("fp16", "bf16", "tf32", "fp8", "int8")
-# Embedding tables are 2-D but are looked up, not multiplied: no GEMM to sparsify.
-EMBEDDING_NAME = re.compile(r"embed", re.IGNORECASE)
 
 
 def default_checkpoint_path() -> Path:
@@ -272,6 +272,25 @@ def _compressed_source(checkpoint: str) -> dict[str, Any] | None:
     return compressed_source(Path(checkpoint))
 
 
+def _refuse_ambiguous_name(checkpoint: str) -> None:
+    """A built-in model's name that is also a path here: refuse, naming both.
+
+    Neither reading may silently shadow the other (a local folder ``llama-mlp`` analysed
+    as the synthetic built-in, or the built-in unreachable from that folder).
+    """
+    if checkpoint not in ZOO and checkpoint not in INSTALLED_CHECKPOINTS:
+        return
+    if not os.path.lexists(checkpoint):
+        return
+    kind = "folder" if os.path.isdir(checkpoint) else "file"
+    raise ValueError(
+        f"checkpoint {checkpoint!r} is both a built-in model and a {kind} in the current "
+        f"folder ({os.path.abspath(checkpoint)!r}); give the path as "
+        f"{os.path.join('.', checkpoint)!r} to read the {kind}, or run from another folder "
+        "for the built-in model"
+    )
+
+
 def resolve_source(checkpoint: str | None) -> tuple[Source, dict[str, Any]]:
     """Turn the CHECKPOINT argument into a :class:`Source` and the report's ``checkpoint`` block.
 
@@ -280,8 +299,11 @@ def resolve_source(checkpoint: str | None) -> tuple[Source, dict[str, Any]]:
     FileNotFoundError
         If a path is given that does not exist.
     ValueError
-        If the name is neither a zoo model nor a path with a readable extension.
+        If the name is neither a zoo model nor a path with a readable extension, or is
+        both a built-in model's name and an existing path (``./NAME`` reads the path).
     """
+    if checkpoint is not None:
+        _refuse_ambiguous_name(checkpoint)
     if checkpoint is None:
         path = default_checkpoint_path()
         block = {"source": DEFAULT_CHECKPOINT, "kind": "packaged", "synthetic": False}
@@ -357,8 +379,9 @@ def _skip_reason(info: TensorInfo, settings: ReportSettings) -> str | None:
         return f"ndim={len(info.shape)}: not a GEMM weight"
     if not (info.source_dtype.startswith(("float", "bfloat"))):
         return f"dtype={info.source_dtype}: not a floating-point weight"
-    if not settings.embeddings and EMBEDDING_NAME.search(info.name):
-        return "embedding table (a lookup, not a GEMM); --embeddings analyses it"
+    embedding = embedding_skip_reason(info.name, embeddings=settings.embeddings)
+    if embedding is not None:
+        return embedding
     if 0 in info.shape:
         return "zero-size tensor"
     return None
@@ -605,7 +628,12 @@ def _entries_in_order(
     if client is not None:
         yield from _entries_on_cluster(tasks, client, on_done)
         return
-    if workers <= 1 or len(tasks) <= 1:
+    from nmref.io.workers import die_with_parent, usable_cores
+
+    # a process per task at most, and per usable core (nmref.io.workers): the fork pool
+    # starts every worker at once, so --workers 1000000 once started a million processes
+    workers = min(workers, len(tasks), usable_cores())
+    if workers <= 1:
         for task in tasks:
             entry = _analyse_task(task)
             on_done(entry)
@@ -613,7 +641,12 @@ def _entries_in_order(
         return
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     context = multiprocessing.get_context(method)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=context,
+        initializer=die_with_parent,
+        initargs=(os.getpid(),),
+    ) as pool:
         # At most 2 tasks per worker in flight: bounded memory, in-order results.
         pending: list[Future] = []
         next_task = 0

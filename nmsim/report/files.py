@@ -1,8 +1,13 @@
 """Files of ``nmsim report --out DIR``: the JSON, a CSV, and PNG plots.
 
-Nothing in DIR is ever replaced silently: every file is checked before the first
-is written, and an existing one is an error unless ``force``. Each file is
-written to a temporary name and renamed, so a failure leaves no half file.
+DIR is published as one set (:func:`nmref.io.output.output_folder`): every file is
+rendered, written into a hidden folder beside DIR and fsynced, and only then is that
+folder swapped in for DIR. A failure on any file, Ctrl-C or SIGTERM leave DIR as it
+was (its previous report, complete) and nothing beside it; never a mix of new and
+old files. DIR is the report's own folder: an existing one is replaced only with
+``force`` and only when it holds nothing but report files (:data:`REPORT_FILES`,
+regular files; a link, folder, FIFO or any other file in it is refused with or
+without ``force``); an existing empty folder is used without ``force``.
 """
 
 from __future__ import annotations
@@ -11,23 +16,26 @@ import csv
 import io
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from nmref.io.output import write_output
+from nmref.io.output import check_output_folder, output_folder
 from nmref.layouts import to_reduction_matrix
 from nmref.masks import magnitude_mask
 from nmref.patterns import parse_pattern
 
-__all__ = ["csv_rows", "csv_text", "planned_files", "write_outputs"]
+__all__ = ["REPORT_FILES", "check_out", "csv_rows", "csv_text", "planned_files", "write_outputs"]
 
 JSON_NAME = "report.json"
 CSV_NAME = "report.csv"
 KEPT_PLOT = "kept_fraction.png"
 SPEEDUP_PLOT = "speedup.png"
 HEATMAP_PLOT = "mask_heatmap.png"
+#: Every file ``--out`` may hold: ``--force`` replaces a folder holding nothing else.
+REPORT_FILES = (JSON_NAME, CSV_NAME, KEPT_PLOT, SPEEDUP_PLOT, HEATMAP_PLOT)
 
 
 #: CSV column -> field of a tensor's ``time.forward_speedup`` block.
@@ -104,12 +112,49 @@ def planned_files(report: dict[str, Any], directory: Path) -> list[Path]:
     return [directory / name for name in names]
 
 
-def _atomic_write(path: Path, data: bytes, *, force: bool, inputs: tuple[Any, ...]) -> Path:
+def check_out(
+    directory: str | os.PathLike[str],
+    *,
+    force: bool = False,
+    inputs: tuple[str | os.PathLike[str], ...] = (),
+) -> None:
+    """Refuse ``--out DIR`` now, before the work, by the rules of :func:`write_outputs`.
+
+    Raises
+    ------
+    ValueError
+        If DIR is a file, a symbolic link, ``.``/``..``, is or holds an input, holds
+        anything but regular report files (:data:`REPORT_FILES`), or holds report
+        files and ``force`` is false.
+    """
+    directory = Path(directory)
+    if directory.name in ("", ".", ".."):
+        raise ValueError(
+            f"--out {str(directory)!r} must name the report's own folder (not '.' or '..'); "
+            "it is replaced as a whole"
+        )
+    if directory.exists() and not directory.is_dir() and not directory.is_symlink():
+        raise ValueError(f"--out {str(directory)!r} exists and is not a folder")
+    parent = directory.parent if str(directory.parent) else Path(".")
+    if not parent.is_dir():
+        return  # created on writing; nothing there to replace
+    check_output_folder(directory, force=True, inputs=inputs, flag="--out", owned=REPORT_FILES)
+    held = [name for name in REPORT_FILES if (directory / name).exists()]
+    if held and not force:
+        raise ValueError(
+            f"--out {str(directory)!r} already holds {', '.join(held)}; "
+            "choose another folder or pass --force to replace them"
+        )
+
+
+def _file_writer(data: bytes) -> Callable[[str], None]:
+    """``write(temporary)`` putting ``data`` in the file (one file of the folder)."""
+
     def write(temporary: str) -> None:
         with open(temporary, "wb") as handle:
             handle.write(data)
 
-    return write_output(path, write, force=force, inputs=inputs, flag="--out file")
+    return write
 
 
 def _drawable(text: str) -> str:
@@ -373,29 +418,23 @@ def write_outputs(
     force: bool = False,
     inputs: tuple[str | os.PathLike[str], ...] = (),
 ) -> list[Path]:
-    """Write the JSON, CSV and plots into ``directory`` (created if missing).
+    """Write the JSON, CSV and plots as the folder ``directory``, all at once.
 
-    Each file goes through :func:`nmref.io.output.write_output`: complete or absent,
-    never through a symbolic link, never over one of ``inputs``, and without
-    ``force`` never over an existing file (even one created meanwhile).
+    The files are rendered first, then written into a hidden folder beside
+    ``directory`` and published as one set (:func:`nmref.io.output.output_folder`):
+    ``directory`` holds the complete new report, or (after any error, Ctrl-C or
+    SIGTERM) exactly what it held before. Its parent folders are created if missing.
 
     Raises
     ------
     ValueError
-        If any file exists and ``force`` is false, is a symbolic link or an input,
-        or ``directory`` is a file.
+        As :func:`check_out`.
+    OSError
+        If the system fails while writing (nothing is published).
     """
     directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
-        raise ValueError(f"--out {str(directory)!r} exists and is not a folder")
+    check_out(directory, force=force, inputs=inputs)
     paths = planned_files(report, directory)
-    existing = [p.name for p in paths if p.exists()]
-    if existing and not force:
-        raise ValueError(
-            f"--out {str(directory)!r} already holds {', '.join(existing)}; "
-            "choose another folder or pass --force to replace them"
-        )
-    directory.mkdir(parents=True, exist_ok=True)
     contents = {
         JSON_NAME: (json.dumps(report, indent=1, allow_nan=False) + "\n").encode(),
         CSV_NAME: csv_text(report).encode(),
@@ -404,4 +443,9 @@ def write_outputs(
     }
     if report["totals"]["time"] is not None:
         contents[SPEEDUP_PLOT] = _speedup_plot(report)
-    return [_atomic_write(path, contents[path.name], force=force, inputs=inputs) for path in paths]
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with output_folder(
+        directory, force=force, inputs=inputs, flag="--out", owned=REPORT_FILES
+    ) as folder:
+        written = [folder.write(path.name, _file_writer(contents[path.name])) for path in paths]
+    return written

@@ -20,6 +20,7 @@ from nmref.bame.config import (
     check_selection,
     check_utility_settings,
     raise_candidate_grad,
+    raise_score_overflow,
 )
 from nmref.bame.scores import BlockScores
 from nmref.patterns import check_pattern
@@ -121,7 +122,7 @@ def block_scores(
         curvature=curvature,
     )
     if not bool(torch.isfinite(utility[expanded]).all()):
-        raise ValueError("keep utility overflowed (|g| or |w| too large for float64 products)")
+        raise_score_overflow("the keep utility")
     utility = torch.where(expanded, utility, torch.nan)
     reduction = torch.zeros((rows, groups), dtype=torch.float64, device=mask.device)
     proposed = mask.clone()
@@ -141,6 +142,8 @@ def block_scores(
             gain = (gain + torch.where(added, u[:, position], zero)) - torch.where(
                 removed, u[:, position], zero
             )
+    if not bool(torch.isfinite(gain).all()):
+        raise_score_overflow("a block's loss reduction R")
     improves = gain > 0
     reduction[candidates] = torch.where(improves, gain, 0.0)
     block_view = proposed.reshape(rows, groups, m)

@@ -15,7 +15,8 @@ dW (bwd)     ``dY^T X`` (dense, STE)         ``dY^T X + λ (1 − E) ⊙ W``
 every forward call, bit for bit the nmref mask (ties: lower index). The dense
 gradient is exactly ``grad`` on kept positions and ``grad + dtype(λ) · w`` on
 pruned ones, as :func:`nmref.srste.srste_gradient` (one rounding for the
-product and one for the sum).
+product and one for the sum); in bfloat16, nmref's float32 answer rounded once
+to bfloat16 (``specs/torch.md`` T1).
 
 ``method="bimask"`` (Zhang et al. 2023; ``specs/bimask.md`` §6): ``Y`` with
 ``F``, ``dX`` with the backward mask ``B`` of the layer's row permutation
@@ -70,7 +71,9 @@ __all__ = [
     "transposable_weight_mask",
 ]
 
-SRSTE_DEFAULT_DECAY = 2e-4  # λ_W of the released SR-STE code (decay=0.0002)
+#: ``decay`` (λ_W) of the released SR-STE code (``decay=0.0002``), as
+#: :data:`nmref.srste.SRSTE_DEFAULT_DECAY`.
+SRSTE_DEFAULT_DECAY = 2e-4
 
 
 def srste_gradient(
@@ -78,7 +81,9 @@ def srste_gradient(
 ) -> torch.Tensor:
     """``grad + decay * (1 - mask) * weight``, bit for bit as :func:`nmref.srste.srste_gradient`.
 
-    Kept positions get exactly ``grad``; pruned ones ``grad + dtype(decay) * w``.
+    Kept positions get exactly ``grad``; pruned ones ``grad + dtype(decay) * w``. bfloat16
+    has no NumPy twin: its result is nmref's on the float32 upcast, rounded once to bfloat16
+    (``specs/torch.md`` T1).
     ``decay = 0`` returns ``grad`` unchanged (plain STE), so ``-0.0`` and the
     product ``0 * inf`` never appear. Complexity O(size).
 
@@ -119,8 +124,14 @@ def _srste_gradient(
     operands are built here (a NaN check would cost a device synchronisation per step)."""
     if decay == 0:
         return grad.clone()
-    lam = torch.tensor(decay, dtype=weight.dtype, device=weight.device)
-    return torch.where(mask, grad, grad + lam * weight)
+    dtype = torch.promote_types(grad.dtype, weight.dtype)
+    # bfloat16 has no NumPy twin: its answer is nmref's on the float32 upcast (decay rounded
+    # to float32, never to bfloat16), rounded once to bfloat16 (specs/torch.md T1). float16,
+    # float32 and float64 compute in their own dtype, as nmref does.
+    compute = torch.float32 if dtype == torch.bfloat16 else dtype
+    lam = torch.tensor(decay, dtype=compute, device=weight.device)
+    pruned = grad.to(compute) + lam * weight.to(compute)
+    return torch.where(mask, grad.to(dtype), pruned.to(dtype))
 
 
 class MaskedWeight(torch.autograd.Function):
@@ -483,8 +494,8 @@ def _transposable(weight: torch.Tensor, pattern: Pattern, layout: Layout | None,
     return GivenMaskWeight.apply(weight, mask, decay), mask
 
 
-# method -> f(weight, pattern, layout, decay) -> (sparse weight, mask). Methods from other
-# nmref modules register here when those modules exist.
+#: The 1-D methods: ``method -> f(weight, pattern, layout, decay) -> (sparse weight, mask)``.
+#: Methods from other nmref modules register here when those modules exist.
 METHODS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
     "ste": _ste,
     "srste": _srste,

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from nmref._json_toml import load_json
 from nmref.layouts import Layout, default_layout, to_reduction_shape
 from nmref.patterns import Pattern, parse_pattern
 
@@ -511,7 +512,8 @@ class _SparseMixin:
         extra += [step_key, generator_key]
         if self.method == "bimask" and generator_key in state_dict:
             raw = bytes(state_dict[generator_key].cpu().numpy().tobytes())
-            self.generator.bit_generator.state = json.loads(raw.decode())
+            state = load_json(raw.decode(), f"state_dict[{generator_key!r}]")
+            self.generator.bit_generator.state = state
         if self.method == "bame":
             from nmref.bame import BameState
 

@@ -27,6 +27,8 @@ __all__ = ["SUPPORTED_DTYPES", "is_nm", "magnitude_mask", "nm_mask", "to_magnitu
 
 Remainder = Literal["error", "pad"]
 
+#: The tensor dtypes the torch path accepts (``specs/torch.md``; unsigned 16/32/64-bit ones
+#: raise ``TypeError``).
 SUPPORTED_DTYPES: tuple[torch.dtype, ...] = (
     torch.bool,
     torch.uint8,
