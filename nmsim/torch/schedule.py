@@ -17,6 +17,10 @@ method           refresh interval   source of the default
 ``"bame"``       its ``BameConfig`` BAME's own schedule: update interval, ``t_i``, ``t_f``
                                     (``specs/bame.md`` §3.5)
 ===============  =================  ==========================================================
+
+The transposable 40 is the paper's for ImageNet runs (~0.01% of a run). In a short run, or at
+large M, a stale transposable mask can derail training: digits CNN 1:16 collapsed at 40 and
+trained at 1 (``specs/training.md`` §2 and Appendix A); pass ``refresh_interval=1`` there.
 """
 
 from __future__ import annotations
