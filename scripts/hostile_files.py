@@ -34,7 +34,8 @@ import numpy as np
 # "check-weights" is nmref check --transposable --weights FILE: the hostile file as the weights;
 # "calibrate" is nmsim calibrate --no-cv --corpus FILE: the hostile file as an extra corpus;
 # "audit" is nmref audit FILE --pattern 2:4; "explain" is nmref explain transposable FILE;
-# "permute" is nmref permute FILE --pattern 2:4 -o OUT (a model folder is expected)
+# "permute" is nmref permute FILE --pattern 2:4 -o OUT (a model folder is expected);
+# "adaprune" is nmref adaprune FILE --pattern 2:4 --calibration VALID.npy --skip-uncalibrated -o OUT
 COMMANDS = (
     "mask",
     "check",
@@ -47,6 +48,7 @@ COMMANDS = (
     "audit",
     "explain",
     "permute",
+    "adaprune",
 )
 MARKER = "PICKLE-RAN.marker"
 # The zip bomb inflates to this many bytes; tests set NMREF_MEMORY_BUDGET_GIB below it.
@@ -192,6 +194,10 @@ def _valid_npz() -> bytes:
 # nmsim report reads only headers to decide what to analyse and skips, with exit 0, tensors
 # that are not floating point (specs/report.md): an object-dtype member is never unpickled.
 _REPORT_SKIPS = "exit 0: nmsim report skips the non-float tensor (dtype=object) unread"
+_ADAPRUNE_SKIPS = (
+    "exit 0: nmref adaprune skips the non-float tensor (dtype=object) unread and converts the "
+    "float weight"
+)
 
 
 def _entries(marker: Path) -> list[tuple[Entry, bytes | None]]:
@@ -330,7 +336,7 @@ def _entries(marker: Path) -> list[tuple[Entry, bytes | None]]:
                 "npz_object_and_float.npz",
                 "a 16x16 float32 2:4 weight beside an object-dtype member whose pickle would "
                 "create the marker",
-                {"report": _REPORT_SKIPS},
+                {"report": _REPORT_SKIPS, "adaprune": _ADAPRUNE_SKIPS},
             ),
             _zip({"fc.weight.npy": _npy(two_of_four), "w.npy": object_member}),
         ),

@@ -86,6 +86,12 @@ def _pattern_commands(tmp_path: Path) -> list[tuple[object, list[str], str, str]
             "permute",
         ),
         (
+            nmref_main,
+            ["adaprune", w, "--calibration", w, "-o", str(tmp_path / "a.npz"), "--pattern"],
+            "--pattern",
+            "adaprune",
+        ),
+        (
             nmsim_main,
             ["gemm", "--gpu", "a100", "-m", "64", "-n", "64", "-k", "64", "--sparse"],
             "--sparse",

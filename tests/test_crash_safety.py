@@ -4,7 +4,8 @@ No clean-up code runs on ``SIGKILL``: the only guarantees are the writer's order
 (write hidden, fsync, then one rename or swap) and the names of its temporaries, which carry
 the writer's PID so that a later run can prove them dead (``nmref.io.output.remove_stale``).
 For every writer (``nmref mask`` to a file, streamed to ``.safetensors`` and to a sharded
-folder, ``nmref permute``, ``nmsim compress``, ``nmsim convert``, ``nmsim report --out``) a
+folder, ``nmref permute``, ``nmsim compress``, ``nmsim convert``, ``nmsim report --out``,
+``nmref adaprune``) a
 previous output is made, then a ``--force`` run is killed in a subprocess
 
 * at fixed points: once the first temporary file is written and fsynced (not yet
@@ -115,6 +116,8 @@ def _inputs(tmp_path: Path) -> None:
     _model(tmp_path / "S", shards=3)
     np.save(tmp_path / "w.npy", _two_of_four())
     np.savez(tmp_path / "w.npz", **{"fc.weight": _two_of_four().astype(np.float32)})
+    calibration = np.random.default_rng(5).standard_normal((256, 128)).astype(np.float32)
+    np.savez(tmp_path / "x.npz", **{"layers.1.weight": calibration})
 
 
 # writer -> (program, arguments, output name); every run is given --force
@@ -132,9 +135,23 @@ WRITERS = {
     "compress": ("nmsim", ["compress", "w.npy", "--dtype", "fp16", "-o", "out.npz"]),
     "convert": ("nmsim", ["convert", "M", "out.safetensors", "--to", "sparse-24-bitmask"]),
     "report --out": ("nmsim", ["report", "w.npz", "--methods", "1d", "--quiet", "--out", "out"]),
+    "adaprune": (
+        "nmref",
+        [
+            "adaprune",
+            "M",
+            "--pattern",
+            "2:4",
+            "--calibration",
+            "x.npz",
+            "--quiet",
+            "-o",
+            "out.safetensors",
+        ],
+    ),
 }
 FOLDER_WRITERS = ("mask to a sharded folder", "report --out")
-INPUTS = ["M", "S", "w.npy", "w.npz"]
+INPUTS = ["M", "S", "w.npy", "w.npz", "x.npz"]
 
 
 def _snapshot(path: Path) -> object:

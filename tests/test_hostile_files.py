@@ -5,11 +5,11 @@
 would create a marker file, folders named like checkpoints, and hostile names. Each command
 (``nmref mask``, ``nmref check`` with the file as the mask and as ``--weights``, ``nmsim
 report``, ``nmsim compress``, ``nmsim inspect``, ``nmsim calibrate --corpus``, ``nmsim
-convert``, ``nmref audit``, ``nmref explain``, ``nmref permute``) must exit 2 on each entry with exactly one
-stderr line naming the file (as the message prints it: ``repr``, so escapes are escaped) and
-the problem, no traceback, nothing written (neither the ``-o``/``--out`` target nor a temporary
-file), the input byte-identical, and the marker never created. ``specs/errors.md`` section 5
-describes the corpus.
+convert``, ``nmref audit``, ``nmref explain``, ``nmref permute``, ``nmref adaprune``) must exit 2
+on each entry with exactly one stderr line naming the file (as the message prints it: ``repr``,
+so escapes are escaped) and the problem, no traceback, nothing written (neither the
+``-o``/``--out`` target nor a temporary file), the input byte-identical, and the marker never
+created. ``specs/errors.md`` section 5 describes the corpus.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ SCRIPT = ROOT / "scripts" / "hostile_files.py"
 # the zip bomb inflates to 32 MiB; a 0.01 GiB (10.7 MB) budget refuses it before inflating
 BUDGET_GIB = "0.01"
 # the commands that read .pt/.pth through torch (nmsim compress/inspect read only NumPy files)
-TORCH = ("mask", "check", "check-weights", "report", "audit", "explain")
+TORCH = ("mask", "check", "check-weights", "report", "audit", "explain", "adaprune")
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
 
@@ -48,17 +48,21 @@ hostile = _load_script()
 
 
 VALID_MASK: Path = Path()
+#: Valid calibration inputs for nmref adaprune (outside the corpus): 4 features per row.
+CALIBRATION: Path = Path()
 
 
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory):
-    global VALID_MASK
+    global VALID_MASK, CALIBRATION
     folder = tmp_path_factory.mktemp("hostile")
     entries = hostile.write_corpus(folder)
     # a valid transposable 2:4 mask for nmref check --weights HOSTILE (outside the corpus)
     VALID_MASK = tmp_path_factory.mktemp("mask") / "w.npy"
     tile = np.array([[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 1], [0, 0, 1, 1]], np.float32)
     np.save(VALID_MASK, tile)
+    CALIBRATION = VALID_MASK.parent / "inputs.npy"
+    np.save(CALIBRATION, np.random.default_rng(0).standard_normal((8, 4)))
     return folder, entries
 
 
@@ -101,6 +105,13 @@ def _argv(command: str, name: str, out: Path) -> tuple[object, list[str]]:
     if command == "permute":
         target = str(out / "p.safetensors")
         return nmref_main, ["permute", "--pattern", "2:4", "-o", target, "--", name]
+    if command == "adaprune":
+        # the hostile file as MODEL; its layers lack inputs, so --skip-uncalibrated reads them
+        target = str(out / "a.safetensors")
+        return nmref_main, [
+            "adaprune", "--pattern", "2:4", "--calibration", str(CALIBRATION),
+            "--skip-uncalibrated", "--quiet", "-o", target, "--", name,
+        ]  # fmt: skip
     if command == "explain":
         return nmref_main, ["explain", "transposable", "--pattern", "2:4", "--", name]
     if command == "audit":
@@ -150,7 +161,9 @@ def test_every_command_refuses_every_hostile_file(
         # weights with ndim >= 2 (specs/report.md), so the object member is skipped unread and
         # the report of the 2:4 weight succeeds; the pickle never runs (checked above).
         assert status == 0, captured.err
-        assert "skipped" in captured.out and "object" in captured.out
+        # nmsim report lists skipped tensors in its table; nmref adaprune on stderr
+        listed = captured.out + captured.err if command == "adaprune" else captured.out
+        assert "skipped" in listed and "object" in listed
         return
     expected = 2
     if not HAVE_TORCH and path.is_file() and path.suffix in (".pt", ".pth") and command in TORCH:

@@ -95,7 +95,9 @@ def _own_input_case(case: str, t: Path) -> tuple[object, list[str]]:
     """The command line of one case: it writes over a file its input reads, the input given
     as a model folder or as the index file; the command must refuse with exit 2."""
     single, sharded = t / "M", t / "S"
-    if case.startswith(("mask folder -o its model", "permute", "convert folder -o its model")):
+    if case.startswith(
+        ("mask folder -o its model", "permute", "convert folder -o its model", "adaprune")
+    ):
         _single_model(single)
     elif not case.startswith("report"):
         _sharded_model(sharded)
@@ -111,6 +113,10 @@ def _own_input_case(case: str, t: Path) -> tuple[object, list[str]]:
         return nmref_main, [*mask, "--apply", str(sharded / INDEX), "-o", str(sharded / SHARD_2)]
     if case == "permute -o its model.safetensors":
         return nmref_main, [*permute, str(single), "-o", str(single / "model.safetensors")]
+    if case == "adaprune folder -o its model.safetensors":
+        calibration = _calibration(t / "x.npz", "l.weight")
+        argv = ["adaprune", str(single), "--pattern", "2:4", "--calibration", calibration]
+        return nmref_main, [*argv, "--force", "-o", str(single / "model.safetensors")]
     if case == "convert folder -o its model.safetensors":
         target = str(single / "model.safetensors")
         return nmsim_main, ["convert", str(single), target, "--to", "dense", "--force"]
@@ -134,6 +140,7 @@ OWN_INPUT_CASES = [
     "mask index -o its shard",
     "mask index -o its shard --apply",
     "permute -o its model.safetensors",
+    "adaprune folder -o its model.safetensors",
     "convert folder -o its model.safetensors",
     "convert folder -o its shard",
     "report MODEL_DIR --out MODEL_DIR",
@@ -214,6 +221,19 @@ NODE_WRITERS = {
         nmref_main,
         ["permute", str(_single_model(t / "M")), "--pattern", "2:4", "-o", str(out)],
     ),
+    "adaprune -o x.safetensors": lambda t, out: (
+        nmref_main,
+        [
+            "adaprune",
+            str(_single_model(t / "M")),
+            "--pattern",
+            "2:4",
+            "--calibration",
+            _calibration(t / "x.npz", "l.weight"),
+            "-o",
+            str(out),
+        ],
+    ),
     "compress -o x.npz": lambda t, out: (
         nmsim_main,
         ["compress", str(_npy(t / "w.npy")), "--dtype", "fp16", "-o", str(out)],
@@ -227,9 +247,17 @@ NODE_SUFFIX = {
     "mask -o x.npz": ".npz",
     "mask -o x.safetensors (streamed)": ".safetensors",
     "permute -o x.safetensors": ".safetensors",
+    "adaprune -o x.safetensors": ".safetensors",
     "compress -o x.npz": ".npz",
     "convert OUT.safetensors": ".safetensors",
 }
+
+
+def _calibration(path: Path, name: str) -> str:
+    """Layer inputs for ``nmref adaprune``: 256 rows for the layer ``name`` (128 inputs)."""
+    rows = np.random.default_rng(5).standard_normal((256, 128)).astype(np.float32)
+    np.savez(path, **{name: rows})
+    return str(path)
 
 
 def _npy(path: Path) -> Path:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from threadpoolctl import threadpool_limits
 
 from nmref._validation import check_nonnegative
 from nmref.adaprune._inputs import as_bias, as_inputs, as_weight, check_start
@@ -193,6 +194,19 @@ def _solve_rows(
     ridge: float,
 ) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
     """``delta`` (zero off the mask) and the rank for every row; rows stacked by kept count."""
+    # One BLAS thread: the systems are small and batched (threads only contend, and on a
+    # loaded 2-core machine made a digits report 50x slower), and one thread gives the same
+    # bits whatever the machine's thread count.
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _solve_rows_one_thread(system, shift, kept, ridge)
+
+
+def _solve_rows_one_thread(
+    system: NDArray[np.float64],
+    shift: NDArray[np.float64],
+    kept: NDArray[np.bool_],
+    ridge: float,
+) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
     out_features, in_features = kept.shape
     update = np.zeros((out_features, in_features))
     rank = np.zeros(out_features, dtype=np.int64)

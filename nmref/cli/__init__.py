@@ -1,10 +1,10 @@
 """The ``nmref`` command line: compute and check N:M masks of tensor files.
 
 One module per command (:mod:`~nmref.cli.mask`, :mod:`~nmref.cli.check`,
-:mod:`~nmref.cli.audit`, :mod:`~nmref.cli.permute`, :mod:`~nmref.cli.demo`,
-:mod:`~nmref.cli.explain`), each adding its sub-parser and running it; the helpers they share
-(the one-line :class:`~nmref.cli.common.CommandError`, the filters, the progress bar) are in
-:mod:`nmref.cli.common`. Files are read and written by :mod:`nmref.io`.
+:mod:`~nmref.cli.audit`, :mod:`~nmref.cli.permute`, :mod:`~nmref.cli.adaprune`,
+:mod:`~nmref.cli.demo`, :mod:`~nmref.cli.explain`), each adding its sub-parser and running it;
+the helpers they share (the one-line :class:`~nmref.cli.common.CommandError`, the filters, the
+progress bar) are in :mod:`nmref.cli.common`. Files are read and written by :mod:`nmref.io`.
 
 ``nmref mask IN --pattern 2:4 -o OUT``
     Write the N:M magnitude mask (or, with ``--apply``, the masked weights) of
@@ -23,6 +23,10 @@ One module per command (:mod:`~nmref.cli.mask`, :mod:`~nmref.cli.check`,
     whose layer pairing is known (LLaMA-style MLP and attention v/o), so that N:M
     pruning keeps more magnitude and the model computes the same function; print
     the kept magnitude per layer before and after (``specs/permutation.md``, P10).
+``nmref adaprune MODEL --pattern 2:4 --calibration DATA -o OUT``
+    Convert every selected 2-D weight to N:M and fit its kept weights (and bias) so that
+    the layer's outputs on its calibration inputs stay those of the original (AdaPrune,
+    ``specs/adaprune.md``); print the relative output error per layer, mask only and after.
 ``nmref demo``
     Mask and check a small built-in example checkpoint.
 
@@ -57,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     # the commands are imported here, not at the top: nmsim imports nmref.cli.messages for
     # its parser without loading every nmref command
-    from nmref.cli import audit, check, demo, explain, mask, permute
+    from nmref.cli import adaprune, audit, check, demo, explain, mask, permute
 
     parser = OneLineParser(prog="nmref", description="Exact N:M sparsity masks.")
     parser.add_argument("--version", action="version", version=f"nmref {__version__}")
@@ -66,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_parser(subparsers)
     audit.add_parser(subparsers)
     permute.add_parser(subparsers)
+    adaprune.add_parser(subparsers)
     demo.add_parser(subparsers, run_command=main)
     explain.add_parser(subparsers)
     return parser

@@ -25,6 +25,7 @@ __all__ = [
     "CommandError",
     "add_filters",
     "default_skip_reason",
+    "masked_dtype",
     "nothing_selected",
     "passes_filters",
     "pattern_argument",
@@ -51,6 +52,13 @@ MASKABLE = (
     "float64",
     *(narrow.name for narrow in NARROW_FLOATS.values()),
 )
+
+
+def masked_dtype(source_dtype: str) -> str:
+    """The dtype of ``np.where(mask, weights, 0)`` for weights read from ``source_dtype``: the
+    stored dtype a command writes masked (or reconstructed) weights in."""
+    # bfloat16, float8 and float4 are read as float32 (nmref.io.checkpoints)
+    return source_dtype if source_dtype in ("float16", "float32", "float64") else "float32"
 
 
 def regex_argument(text: str) -> re.Pattern[str]:

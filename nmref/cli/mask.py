@@ -15,6 +15,7 @@ from nmref.cli.common import (
     CommandError,
     add_filters,
     default_skip_reason,
+    masked_dtype,
     nothing_selected,
     passes_filters,
     progress_for,
@@ -285,7 +286,7 @@ def _run_mask_streamed(args: argparse.Namespace) -> int:
         )
     planned = [
         PlannedTensor(
-            info.name, info.shape, _masked_dtype(info.source_dtype) if args.apply else "bool"
+            info.name, info.shape, masked_dtype(info.source_dtype) if args.apply else "bool"
         )
         for _, info in items
     ]
@@ -319,12 +320,6 @@ def _run_mask_streamed(args: argparse.Namespace) -> int:
     what = "masked weights" if args.apply else "masks"
     print(f"wrote {what} of {len(items)} tensor(s), pattern {pattern}, to {written}")
     return 0
-
-
-def _masked_dtype(source_dtype: str) -> str:
-    """The dtype of ``np.where(mask, weights, 0)`` for weights read from ``source_dtype``."""
-    # bfloat16, float8 and float4 are read as float32 (nmref.io.checkpoints)
-    return source_dtype if source_dtype in ("float16", "float32", "float64") else "float32"
 
 
 def _listed(args: argparse.Namespace, skipped: list[str]) -> list[tuple[str, TensorInfo]]:

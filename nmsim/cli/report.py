@@ -21,6 +21,7 @@ from nmsim.cli.tables import format_ratio, output_width, printable
 
 __all__ = [
     "add_parser",
+    "error_cell",
     "format_ratio",
     "interval_cell",
     "render_markdown",
@@ -107,6 +108,14 @@ def add_parser(subparsers: Any) -> None:
         metavar="ADDRESS",
         help="analyse the tensors on a dask.distributed cluster (tcp://host:8786), or 'local' "
         "for a local cluster of --workers processes; the same document (needs the [dask] extra)",
+    )
+    parser.add_argument(
+        "--calibration",
+        metavar="DATA",
+        help="layer inputs [rows, in] (.npz/.safetensors keyed by the weight's name or its "
+        "module's, or one .npy for every layer whose in matches), or for minilm a UTF-8 text "
+        "file of sentences: adds each method's relative output error, mask only and after "
+        "exact reconstruction (specs/report.md R11)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
@@ -221,6 +230,34 @@ def _at_most_cell(result: dict[str, Any] | None) -> str:
 SHORT_TITLES = {"1d": "1-D", "transposable": "T-exact", "greedy": "T-greedy", "bimask": "Bi-Mask"}
 
 
+def _error_columns(methods: list[str]) -> list[tuple[str, str]]:
+    """``(method, prefix)`` of every output-error column: the at-most optimum beside T-exact."""
+    columns = []
+    for key in methods:
+        columns.append((key, ""))
+        if key == "transposable":
+            columns.append((key, "at_most_"))
+    return columns
+
+
+def error_cell(entry: dict[str, Any], key: str, prefix: str = "") -> str:
+    """A tensor's relative output error with ``key``'s mask as ``"0.367 -> 0.107"``: mask only,
+    then after exact reconstruction (R11); ``"-"`` where it was not measured."""
+    block = entry.get("output_error")
+    if block is None or block["reason"] is not None:
+        return "-"
+    method = entry["methods"].get(key)
+    if method is None:
+        return "n/a"
+    if "not_applicable" in method:
+        return "does not fit"
+    result = block["methods"].get(key) or {}
+    masked, fitted = result.get(prefix + "masked"), result.get(prefix + "reconstructed")
+    if masked is None or fitted is None:
+        return "-"
+    return f"{masked:.3f} -> {fitted:.3f}"
+
+
 @dataclass
 class _Column:
     """One column of the report table: header, footer, and whether a narrow terminal keeps it."""
@@ -292,6 +329,14 @@ def _table_model(report: dict[str, Any]) -> _TableModel:
                     compact=False,
                 )
             )
+    calibrated = "calibration" in report
+    if calibrated:
+        # R11: what each mask does to the layer's outputs, mask only -> reconstructed
+        for key, prefix in _error_columns(methods):
+            label = "T-at-most" if prefix else SHORT_TITLES.get(key, key)
+            columns.append(
+                _Column(f"error:{prefix}{key}", f"out err {label}", right=True, compact=False)
+            )
     speedup_groups = _speedup_groups(report, methods) if time_on else {}
     for label, keys in speedup_groups.items():
         block = totals["time"]["methods"][keys[0]]
@@ -341,6 +386,9 @@ def _table_model(report: dict[str, Any]) -> _TableModel:
             cells[f"kept1:{key}"] = _method_cell("", entry["methods"].get(key))
             if key == "transposable":
                 cells["kept:at_most"] = _at_most_cell(entry["methods"].get(key))
+        if calibrated:
+            for key, prefix in _error_columns(methods):
+                cells[f"error:{prefix}{key}"] = error_cell(entry, key, prefix)
         for label, keys in speedup_groups.items():
             applied = [k for k in keys if entry["time"]["methods"].get(k)]
             cells[f"speedup:{label}"] = _speedup(entry["time"], applied[0]) if applied else "-"
@@ -621,6 +669,14 @@ def render_table(report: dict[str, Any], console: Any) -> None:
             "contains 1); '-': the GEMM runs dense; footer: all forward GEMMs of the model, "
             "interval ends summed (the model's errors on one GPU are correlated)"
         )
+    if "calibration" in report:
+        calibration = report["calibration"]
+        legend += (
+            ". out err X: relative output error ||X_in (W - U)^T||_F / ||X_in W^T||_F of the "
+            f"layer on its calibration inputs ({printable(calibration['source'])}), with X's "
+            "mask only (U = M * W) -> after the exact least-squares reconstruction of the kept "
+            "weights and the bias (nmref.adaprune.reconstruct_exact); Bi-Mask: its forward mask"
+        )
     console.print(legend + ".", markup=False)
     console.print(
         f"{counts['analysed']} tensor(s) analysed "
@@ -632,6 +688,14 @@ def render_table(report: dict[str, Any], console: Any) -> None:
     for reason, names in skipped.items():
         shown = ", ".join(names[:6]) + (f", ... ({len(names) - 6} more)" if len(names) > 6 else "")
         console.print(f"skipped ({reason}): {shown}", markup=False, style="dim")
+    unmeasured: dict[str, list[str]] = {}
+    for entry in report["tensors"]:
+        block = entry.get("output_error")
+        if block is not None and block["reason"] is not None:
+            unmeasured.setdefault(block["reason"], []).append(printable(entry["name"]))
+    for reason, names in unmeasured.items():
+        shown = ", ".join(names[:6]) + (f", ... ({len(names) - 6} more)" if len(names) > 6 else "")
+        console.print(f"no output error ({printable(reason)}): {shown}", markup=False, style="dim")
     for key in methods:
         total = totals["time"]["methods"][key] if totals["time"] else None
         flops = totals["flops"]["methods"][key] if totals["flops"] else None
@@ -711,10 +775,10 @@ def _heatmap_weight(report: dict[str, Any], checkpoint: str | None) -> dict[str,
     return {}
 
 
-def _report_inputs(checkpoint: str | None) -> tuple[str, ...]:
+def _report_inputs(checkpoint: str | None, calibration: str | None = None) -> tuple[str, ...]:
     """What ``--out`` must never replace or hold: the checkpoint argument (a file, a model
-    folder or an index; a built-in model's name matches no path)."""
-    return (checkpoint,) if checkpoint else ()
+    folder or an index; a built-in model's name matches no path) and the calibration file."""
+    return tuple(path for path in (checkpoint, calibration) if path)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -750,7 +814,9 @@ def run(args: argparse.Namespace) -> int:
         from nmsim.report.files import check_out
 
         # Fail before the work when the folder cannot be written (checked again on writing).
-        check_out(args.out, force=args.force, inputs=_report_inputs(args.checkpoint))
+        check_out(
+            args.out, force=args.force, inputs=_report_inputs(args.checkpoint, args.calibration)
+        )
     from nmref.io.compile_notice import compile_notice
 
     errors = Console(stderr=True)
@@ -764,7 +830,12 @@ def run(args: argparse.Namespace) -> int:
 
                 client = stack.enter_context(dask_client(args.scheduler, args.workers))
             report = build_report(
-                args.checkpoint, settings, workers=args.workers, progress=callbacks, client=client
+                args.checkpoint,
+                settings,
+                workers=args.workers,
+                progress=callbacks,
+                client=client,
+                calibration=args.calibration,
             )
     except ImportError:
         raise  # exit 3: the environment lacks a module the analysis needs
@@ -784,7 +855,7 @@ def run(args: argparse.Namespace) -> int:
                 args.out,
                 _heatmap_weight(report, args.checkpoint),
                 force=args.force,
-                inputs=_report_inputs(args.checkpoint),
+                inputs=_report_inputs(args.checkpoint, args.calibration),
             )
         except ImportError as error:
             raise ImportError(

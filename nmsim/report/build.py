@@ -3,7 +3,8 @@
 :func:`build_report` reads a checkpoint tensor by tensor (or makes a built-in
 model's synthetic weights one at a time), runs every requested mask method of
 :data:`nmsim.report.methods.MASK_METHODS` on each eligible weight, adds the
-cost models that are available, and returns one JSON-ready dictionary whose
+cost models that are available (and, given calibration inputs, each mask's output
+error, :mod:`nmsim.report.output_error`), and returns one JSON-ready dictionary whose
 schema is ``specs/report.md``. Peak memory is a few copies of the largest
 tensor, whatever the checkpoint's size. With ``workers > 1`` tensors are
 analysed in separate processes, with results identical to one worker.
@@ -26,7 +27,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -55,6 +56,9 @@ from nmsim.report.methods import (
     method_densities,
 )
 from nmsim.report.zoo import ZOO, synthetic_weight
+
+if TYPE_CHECKING:
+    from nmsim.report.output_error import Calibration
 
 __all__ = [
     "DEFAULT_CHECKPOINT",
@@ -437,10 +441,12 @@ def analyse_tensor(
     settings: ReportSettings,
     available: tuple[str, ...],
     costs: tuple[str, ...],
+    calibration: Calibration | None = None,
 ) -> dict[str, Any]:
     """The report entry of one tensor (``specs/report.md``, ``tensors[]``).
 
-    Runs in a worker process when ``workers > 1``: it reads the tensor itself.
+    Runs in a worker process when ``workers > 1``: it reads the tensor itself (and, with
+    ``calibration``, its layer inputs: the entry's ``output_error``, R11).
     """
     pattern = parse_pattern(settings.pattern)
     entry: dict[str, Any] = {
@@ -500,6 +506,7 @@ def analyse_tensor(
         seed=int(zlib.crc32(info.name.encode()) ^ settings.seed),
         options={"bimask_candidates": settings.bimask_candidates},
         results={},
+        masks=None if calibration is None else {},
     )
     entry["total_magnitude"] = context.total_magnitude
     for key in settings.methods:
@@ -520,6 +527,17 @@ def analyse_tensor(
         entry["flops"] = _tensor_flops(info.shape, settings, pattern, applied)
     if "time" in costs:
         entry["time"] = _tensor_time(info.shape, settings, pattern, applied)
+    if calibration is not None:
+        from nmsim.report.output_error import output_error_block
+
+        entry["output_error"] = output_error_block(
+            calibration,
+            info,
+            layout,
+            settings.methods,
+            context.masks or {},
+            lambda tensor: source.load(tensor, settings.seed).array,
+        )
     return entry
 
 
@@ -743,6 +761,7 @@ def build_report(
     workers: int = 1,
     progress: Progress | None = None,
     client: Any = None,
+    calibration: str | None = None,
 ) -> dict[str, Any]:
     """Analyse every eligible weight of a checkpoint; the report as a JSON-ready dict.
 
@@ -760,6 +779,12 @@ def build_report(
     client : distributed.Client, optional
         Analyse the tensors on this Dask cluster (``--scheduler``); ``workers`` is then
         ignored. The document is the same.
+    calibration : str, optional
+        ``--calibration DATA``: layer inputs (``.npz``/``.safetensors`` keyed by tensor
+        name, or one ``.npy`` for every layer of matching ``in``), or a text file of
+        sentences for ``minilm``. Adds the relative output error of every method's mask,
+        before and after exact reconstruction (R11). Without it the document is as it was
+        before the option existed, byte for byte.
 
     Returns
     -------
@@ -769,14 +794,19 @@ def build_report(
     Raises
     ------
     ValueError
-        Bad settings, unknown GPU, unreadable checkpoint, or no eligible tensor.
+        Bad settings, unknown GPU, unreadable checkpoint, no eligible tensor, or calibration
+        inputs that break a rule (``nmref.io.calibration``).
     FileNotFoundError
-        Missing checkpoint file.
+        Missing checkpoint or calibration file.
+    ImportError
+        A sentence file without :mod:`nmsim.encoders.minilm`.
 
     Notes
     -----
     Time O(sum of the methods' costs over tensors); memory a few copies of the
-    largest tensor per worker.
+    largest tensor per worker. With ``calibration``, per measured tensor and mask, the
+    exact reconstruction's O(out k^3) (``k`` kept weights per row) and the statistics of
+    its inputs (``in x in`` float64, streamed in bands, ``nmsim.report.output_error``).
     """
     settings = (settings or ReportSettings()).validated()
     if workers < 1:
@@ -821,7 +851,23 @@ def build_report(
         }
         if reason is None:
             costs.append(key)
-    tasks = [(source, info, settings, tuple(available), tuple(costs)) for info in selected]
+    measured = None
+    if calibration is not None:
+        from nmsim.report.output_error import open_calibration
+
+        layers = [
+            info
+            for info in selected
+            if _skip_reason(info, settings) is None
+            and len(info.shape) == 2
+            and settings.layout in ("auto", "linear")
+        ]
+        measured = open_calibration(calibration, checkpoint, infos, layers)
+    tasks: list[tuple] = [
+        (source, info, settings, tuple(available), tuple(costs))
+        + (() if measured is None else (measured.for_tensor(info.name),))
+        for info in selected
+    ]
     from nmref.io.progress import stored_bytes
 
     progress.plan(
@@ -837,11 +883,15 @@ def build_report(
     entries = list(_entries_in_order(tasks, workers, lambda e: progress.advance(e["name"]), client))
     from nmsim import __version__
 
-    return {
+    document: dict[str, Any] = {
         "schema": SCHEMA,
         "generator": {"name": "nmsim report", "version": __version__},
         "checkpoint": checkpoint_block,
         "settings": asdict(settings) | {"methods": list(settings.methods)},
+    }
+    if measured is not None:
+        document["calibration"] = measured.block(entries)
+    return document | {
         "columns": columns,
         "tensors": entries,
         "totals": _totals(entries, settings, len(infos), tuple(costs)),

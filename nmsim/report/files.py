@@ -34,8 +34,9 @@ CSV_NAME = "report.csv"
 KEPT_PLOT = "kept_fraction.png"
 SPEEDUP_PLOT = "speedup.png"
 HEATMAP_PLOT = "mask_heatmap.png"
+ERROR_PLOT = "output_error.png"
 #: Every file ``--out`` may hold: ``--force`` replaces a folder holding nothing else.
-REPORT_FILES = (JSON_NAME, CSV_NAME, KEPT_PLOT, SPEEDUP_PLOT, HEATMAP_PLOT)
+REPORT_FILES = (JSON_NAME, CSV_NAME, KEPT_PLOT, SPEEDUP_PLOT, HEATMAP_PLOT, ERROR_PLOT)
 
 
 #: CSV column -> field of a tensor's ``time.forward_speedup`` block.
@@ -90,8 +91,31 @@ def csv_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
         speedup = (entry["time"] or {}).get("forward_speedup") or {}
         for column, field in FORWARD_SPEEDUP_COLUMNS.items():
             row[column] = speedup.get(field, "")
+        if "calibration" in report:  # R11; a report without --calibration keeps its columns
+            row.update(_error_columns(entry, methods))
         rows.append(row)
     return rows
+
+
+#: Output-error field -> CSV column suffix (``1d_output_error``, ``1d_reconstructed_error``).
+FIELD_COLUMNS = (("masked", "output_error"), ("reconstructed", "reconstructed_error"))
+
+
+def _error_columns(entry: dict[str, Any], methods: list[str]) -> dict[str, Any]:
+    """The output-error columns of one tensor (empty where not measured)."""
+    block = entry.get("output_error") or {}
+    row: dict[str, Any] = {
+        "calibration_samples": block.get("samples") or "",
+        "output_error_reason": block.get("reason") or "",
+    }
+    for key in methods:
+        result = (block.get("methods") or {}).get(key) or {}
+        prefixes = ("", "at_most_") if key == "transposable" else ("",)
+        for prefix in prefixes:
+            for field, column in FIELD_COLUMNS:
+                value = result.get(prefix + field)
+                row[f"{key}_{prefix}{column}"] = "" if value is None else value
+    return row
 
 
 def csv_text(report: dict[str, Any]) -> str:
@@ -109,6 +133,8 @@ def planned_files(report: dict[str, Any], directory: Path) -> list[Path]:
     names = [JSON_NAME, CSV_NAME, KEPT_PLOT, HEATMAP_PLOT]
     if report["totals"]["time"] is not None:
         names.insert(3, SPEEDUP_PLOT)
+    if "calibration" in report:
+        names.append(ERROR_PLOT)
     return [directory / name for name in names]
 
 
@@ -372,6 +398,49 @@ def _speedup_plot(report: dict[str, Any]) -> bytes:
     return _png(figure)
 
 
+def _error_value(entry: dict[str, Any], key: str, field: str) -> float:
+    result = ((entry.get("output_error") or {}).get("methods") or {}).get(key) or {}
+    value = result.get(field)
+    return np.nan if value is None else float(value)
+
+
+def _error_plot(report: dict[str, Any]) -> bytes:
+    """Per layer and method, the relative output error with the mask only (hollow) and after
+    exact reconstruction (filled), joined by a line; layers without inputs are left blank."""
+    columns = report["columns"]
+    methods = [k for k in report["settings"]["methods"] if columns[k]["available"]]
+    entries, note = _layers(report)
+    names = [e["name"] for e in entries]
+    figure, (axes,) = _layer_axes(len(entries), 1)
+    colours = _pyplot().rcParams["axes.prop_cycle"].by_key()["color"]
+    spread = 0.6 / max(len(methods), 1)
+    for index, key in enumerate(methods):
+        colour = colours[index % len(colours)]
+        offset = (index - (len(methods) - 1) / 2) * spread
+        masked = np.array([_error_value(e, key, "masked") for e in entries])
+        fitted = np.array([_error_value(e, key, "reconstructed") for e in entries])
+        positions = np.arange(len(entries)) + offset
+        axes.hlines(positions, fitted, masked, color=colour, linewidth=0.8)
+        axes.plot(masked, positions, "o", mfc="none", color=colour, markersize=4)
+        # Bi-Mask's layer computes with its forward mask (the backward one is for dX only)
+        label = "Bi-Mask forward" if key == "bimask" else columns[key]["title"]
+        axes.plot(fitted, positions, "o", color=colour, markersize=4, label=label)
+    axes.axvline(0.0, color="black", linewidth=0.8)
+    axes.set_xlabel(
+        "relative output error on the calibration inputs\n(hollow: mask only; filled: after "
+        "exact reconstruction)"
+    )
+    _legend_above(axes)
+    _label_layers(axes, names)
+    source = _drawable(report["calibration"]["source"])
+    figure.suptitle(
+        f"{_model_title(report)}: output error per layer at {report['settings']['pattern']}, "
+        f"calibration {source}{note}",
+        fontsize=10,
+    )
+    return _png(figure)
+
+
 def _heatmap(report: dict[str, Any], weights: dict[str, np.ndarray]) -> bytes:
     from matplotlib.ticker import MaxNLocator
 
@@ -443,6 +512,8 @@ def write_outputs(
     }
     if report["totals"]["time"] is not None:
         contents[SPEEDUP_PLOT] = _speedup_plot(report)
+    if "calibration" in report:
+        contents[ERROR_PLOT] = _error_plot(report)
     directory.parent.mkdir(parents=True, exist_ok=True)
     with output_folder(
         directory, force=force, inputs=inputs, flag="--out", owned=REPORT_FILES

@@ -83,6 +83,11 @@ class TensorContext:
     results : dict
         Results of methods computed earlier for this tensor (greedy reuses the
         exact transposable optimum).
+    masks : dict or None
+        When a dict (``nmsim report --calibration``), every method puts the mask that
+        computes the layer's outputs in it under its key (``transposable_at_most`` for the
+        at-most optimum; Bi-Mask's forward mask), for the output errors; ``None`` (the
+        default) keeps no mask, so a report without calibration holds no extra copy.
     """
 
     name: str
@@ -94,6 +99,12 @@ class TensorContext:
     seed: int
     options: dict[str, Any]
     results: dict[str, dict[str, Any]]
+    masks: dict[str, NDArray[np.bool_]] | None = None
+
+    def keep(self, key: str, mask: NDArray[np.bool_]) -> None:
+        """Hold ``mask`` under ``key`` when the masks are wanted (:attr:`masks`)."""
+        if self.masks is not None:
+            self.masks[key] = mask
 
     def kept_magnitude(self, mask: NDArray[np.bool_]) -> float:
         """``sum(|w|)`` over the kept entries of a weight-shaped mask, accumulated in float64."""
@@ -171,6 +182,7 @@ class MaskMethod:
 def _one_d(context: TensorContext) -> dict[str, Any]:
     pattern = context.pattern
     mask = magnitude_mask(context.weight, pattern.n, pattern.m, layout=context.layout)
+    context.keep("1d", mask)
     return context.summary(mask)
 
 
@@ -216,8 +228,13 @@ def _transposable_mask(context: TensorContext, method: str, fill: str = "exact")
 def _transposable_exact(context: TensorContext) -> dict[str, Any]:
     """The exactly-N optimum, and beside it the at-most-N optimum (spec R4: what sparse
     tensor cores accept; never below the exactly-N one)."""
-    result = context.summary(_transposable_mask(context, "exact"))
-    at_most = context.summary(_transposable_mask(context, "exact", "at_most"))
+    # one mask at a time (unless kept): the report's peak stays a few copies of the tensor
+    mask = _transposable_mask(context, "exact")
+    context.keep("transposable", mask)
+    result = context.summary(mask)
+    mask = _transposable_mask(context, "exact", "at_most")
+    context.keep("transposable_at_most", mask)
+    at_most = context.summary(mask)
     result.update({f"at_most_{key}": value for key, value in at_most.items()})
     return result
 
@@ -231,6 +248,7 @@ def _transposable_greedy(context: TensorContext) -> dict[str, Any]:
         exact = _transposable_exact(context)
     matrix_mask = _transposable_matrix_mask(context, "greedy")
     mask = from_reduction_matrix(matrix_mask, context.weight.shape, context.layout)
+    context.keep("greedy", mask)
     result = context.summary(mask)
     optimum = exact["at_most_kept_magnitude"]
     pattern = context.pattern
@@ -264,6 +282,8 @@ def _bimask(context: TensorContext) -> dict[str, Any]:
         ),
         dtype=bool,
     )
+    # the layer computes its outputs with the forward mask; the backward one is for dX only
+    context.keep("bimask", forward)
     result = context.summary(backward)
     result["forward_kept_fraction"] = context.summary(forward)["kept_fraction"]
     result["permutation_score"] = int(search.score)
