@@ -112,6 +112,7 @@ API_MODULES = [
     ("nmref.testing", "nmref.testing", "The conformance kit for other implementations."),
     ("nmsim", "nmsim", "Hardware model: GPUs, GEMM time, training FLOPs, 2:4 formats."),
     ("nmsim.torch", "nmsim.torch", "The torch path: the same bits on any torch device."),
+    ("nmsim.encoders", "nmsim.encoders", "The all-MiniLM-L6-v2 encoder in NumPy (AdaPrune)."),
 ]
 
 
