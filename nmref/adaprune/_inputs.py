@@ -26,6 +26,7 @@ __all__ = [
     "as_weight",
     "check_finite",
     "check_kept_count",
+    "check_magnitudes",
     "check_mask",
     "check_start",
 ]
@@ -163,3 +164,59 @@ def check_start(
             "a starting point must be supported on the kept entries"
         )
     return np.where(mask, array, 0.0)
+
+
+#: log2 of the largest magnitude the rule of :func:`check_magnitudes` lets a product reach:
+#: 2**1000 leaves 2**23 of float64's range for sums and rounding.
+MAGNITUDE_LOG2_LIMIT = 1000.0
+
+
+def _log2_max(array: NDArray | None) -> float:
+    if array is None or array.size == 0:
+        return -np.inf
+    largest = float(np.max(np.abs(array)))
+    return float(np.log2(largest)) if largest > 0 else -np.inf
+
+
+def check_magnitudes(
+    weight: NDArray, bias: NDArray | None, calibration: object, *, travel: float = 0.0
+) -> None:
+    """``ValueError`` naming weight and calibration when AdaPrune's float64 arithmetic could
+    overflow (specs/adaprune.md A8).
+
+    With ``A = samples * max|x|**2`` (for an :class:`~nmref.adaprune.gram.InputGram`, the
+    larger of ``max|M2|`` and ``S * max|mu|**2``), ``B = max(max|w|, max|b|)``, the rule is
+    that ``A``, ``in * B``, ``out * in**2 * A * B**2``, ``samples * out * B**2`` and
+    ``(in * A * B)**2`` (Adam's second moment) stay below ``2**1000``: the Gram, the
+    absorbed mass, the output error and the gradients are then finite. ``travel`` is how
+    far an optimiser can move a weight (Adam: ``lr * iterations``, an absolute step), counted
+    in ``B``. O(size) in log2.
+    """
+    out_features, in_features = weight.shape
+    if hasattr(calibration, "scatter"):  # an InputGram (no import: gram imports this module)
+        samples = float(calibration.count)
+        inputs = max(
+            _log2_max(calibration.scatter),
+            np.log2(max(samples, 1.0)) + 2 * _log2_max(calibration.mean),
+        )
+    else:
+        samples = float(calibration.shape[0])
+        inputs = np.log2(max(samples, 1.0)) + 2 * _log2_max(calibration)
+    weights = max(
+        _log2_max(weight), _log2_max(bias), float(np.log2(travel)) if travel > 0 else -np.inf
+    )
+    size_in, size_out = np.log2(max(in_features, 1)), np.log2(max(out_features, 1))
+    terms = (
+        inputs,
+        size_in + weights,
+        size_out + 2 * size_in + inputs + 2 * weights,
+        np.log2(max(samples, 1.0)) + size_out + 2 * weights,
+        2 * (size_in + inputs + weights),
+    )
+    if max(terms) > MAGNITUDE_LOG2_LIMIT:
+        raise ValueError(
+            "weight and calibration: magnitudes beyond what AdaPrune's float64 arithmetic "
+            "holds (spec A8: samples*max|x|^2, in*max|w|, out*in^2*samples*max|x|^2*max|w|^2 "
+            "and (in*samples*max|x|^2*max|w|)^2 must stay below 2**1000); scale the weights "
+            "or the inputs down (the relative error does not change)"
+        )

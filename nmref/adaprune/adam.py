@@ -25,10 +25,10 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from nmref._validation import check_nonnegative, check_positive_integer, is_integer
-from nmref.adaprune._inputs import as_bias, as_inputs, as_weight, check_start
+from nmref.adaprune._inputs import as_bias, as_inputs, as_weight, check_magnitudes, check_start
 from nmref.adaprune.exact import Reconstruction, reconstruct_exact
 from nmref.adaprune.gram import InputGram
-from nmref.adaprune.quality import row_errors
+from nmref.adaprune.quality import row_errors, weight_difference
 from nmref.masks import to_bool_mask
 
 __all__ = [
@@ -264,6 +264,8 @@ def reconstruct_adam(
     out_features, in_features = original.shape
     data = as_inputs(inputs, in_features)
     old_bias = as_bias(bias, out_features)
+    travel = max(settings.lr_weight, settings.lr_bias) * settings.iterations
+    check_magnitudes(original, old_bias, data, travel=travel)
     initial = check_start(start, original, kept)
     refit = bool(refit_bias) and old_bias is not None
 
@@ -296,7 +298,9 @@ def reconstruct_adam(
         new_weight = np.where(kept, new_weight, 0.0)
 
     bias_difference = None if new_bias is None else old_bias - new_bias
-    objective = float(row_errors(data, original - new_weight, bias_difference).sum())
+    objective = float(
+        row_errors(data, weight_difference(original, new_weight), bias_difference).sum()
+    )
     exact = gap = tolerance = None
     if certify:
         exact = reconstruct_exact(

@@ -38,9 +38,9 @@ from numpy.typing import ArrayLike, NDArray
 from threadpoolctl import threadpool_limits
 
 from nmref._validation import check_nonnegative
-from nmref.adaprune._inputs import as_bias, as_inputs, as_weight, check_start
+from nmref.adaprune._inputs import as_bias, as_inputs, as_weight, check_magnitudes, check_start
 from nmref.adaprune.gram import InputGram, as_gram
-from nmref.adaprune.quality import row_errors
+from nmref.adaprune.quality import row_errors, weight_difference
 from nmref.masks import to_bool_mask
 
 __all__ = ["EIGENVALUE_CUTOFF", "Reconstruction", "reconstruct_exact"]
@@ -169,8 +169,11 @@ def reconstruct_exact(
         raise ValueError(f"mask must have the weight's shape {original.shape}, got {kept.shape}")
     out_features, in_features = original.shape
     direct = None if isinstance(calibration, InputGram) else as_inputs(calibration, in_features)
-    stats = as_gram(calibration if direct is None else InputGram.of(direct), in_features)
     old_bias = as_bias(bias, out_features)
+    check_magnitudes(
+        original, old_bias, as_gram(calibration, in_features) if direct is None else direct
+    )
+    stats = as_gram(calibration if direct is None else InputGram.of(direct), in_features)
     initial = check_start(start, original, kept)
     rho = check_nonnegative(ridge, "ridge")
     refit = bool(refit_bias) and old_bias is not None
@@ -183,7 +186,9 @@ def reconstruct_exact(
         new_bias = old_bias + (original - new_weight) @ stats.mean
     bias_difference = None if new_bias is None else old_bias - new_bias
     data = stats if direct is None else direct
-    objective = float(row_errors(data, original - new_weight, bias_difference).sum())
+    objective = float(
+        row_errors(data, weight_difference(original, new_weight), bias_difference).sum()
+    )
     return Reconstruction(new_weight, new_bias, objective, rank, kept.sum(axis=1))
 
 

@@ -9,12 +9,19 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from nmref._validation import check_choice
-from nmref.adaprune._inputs import as_bias, as_inputs, as_weight, check_kept_count, check_mask
+from nmref.adaprune._inputs import (
+    as_bias,
+    as_inputs,
+    as_weight,
+    check_kept_count,
+    check_magnitudes,
+    check_mask,
+)
 from nmref.adaprune.adam import AdamReconstruction, AdamSettings, reconstruct_adam
 from nmref.adaprune.choose import DEFAULT_CONFIDENCE, NChoice, choose_n
 from nmref.adaprune.exact import Reconstruction, reconstruct_exact
 from nmref.adaprune.gram import InputGram, as_gram
-from nmref.adaprune.quality import relative_output_error, row_errors
+from nmref.adaprune.quality import relative_output_error, row_errors, weight_difference
 from nmref.adaprune.start import MASK_METHODS, absorb_pruned_mass, starting_mask
 from nmref.patterns import Pattern
 
@@ -176,6 +183,7 @@ def adaprune_layer(
         data = as_gram(calibration, in_features)
     else:
         data = as_inputs(calibration, in_features)
+    check_magnitudes(original, old_bias, data)
 
     masked = np.where(kept, original, 0.0)
     initial = masked
@@ -209,7 +217,7 @@ def adaprune_layer(
         gap, tolerance = details.gap, details.gap_tolerance
     if details is None:
         new_weight, new_bias = initial, old_bias
-        objective = float(row_errors(data, original - initial).sum())
+        objective = float(row_errors(data, weight_difference(original, initial)).sum())
     else:
         new_weight, new_bias = details.weight, details.bias
         objective = details.objective

@@ -24,10 +24,19 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from nmref.adaprune._inputs import as_bias, as_inputs, as_weight
+from nmref.adaprune._inputs import as_bias, as_inputs, as_weight, check_magnitudes
 from nmref.adaprune.gram import InputGram, as_gram
 
-__all__ = ["output_error", "relative_output_error", "row_errors"]
+__all__ = ["output_error", "relative_output_error", "row_errors", "weight_difference"]
+
+
+def weight_difference(
+    weight: NDArray[np.float64], new_weight: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    """``weight - new_weight``; a difference beyond float64 is infinite here and refused by
+    :func:`row_errors` (one message, not a warning)."""
+    with np.errstate(over="ignore"):
+        return weight - new_weight
 
 
 def row_errors(
@@ -40,16 +49,32 @@ def row_errors(
     ``calibration`` is the float64 inputs (computed directly) or their statistics (the
     Gram route, its negative rounding residue clipped to 0).
     """
-    if isinstance(calibration, InputGram):
-        scattered = np.sum((difference @ calibration.scatter) * difference, axis=1)
-        shifted = difference @ calibration.mean
-        if bias_difference is not None:
-            shifted = shifted + bias_difference
-        return np.maximum(scattered, 0.0) + calibration.count * shifted**2
-    residual = calibration @ difference.T
-    if bias_difference is not None:
-        residual = residual + bias_difference
-    return np.sum(residual * residual, axis=0)
+    # An overflow is refused below (one message naming the arguments), not warned about.
+    with np.errstate(over="ignore", invalid="ignore"):
+        if isinstance(calibration, InputGram):
+            scattered = np.sum((difference @ calibration.scatter) * difference, axis=1)
+            shifted = difference @ calibration.mean
+            if bias_difference is not None:
+                shifted = shifted + bias_difference
+            errors = np.maximum(scattered, 0.0) + calibration.count * shifted**2
+        else:
+            residual = calibration @ difference.T
+            if bias_difference is not None:
+                residual = residual + bias_difference
+            errors = np.sum(residual * residual, axis=0)
+    if not np.isfinite(errors).all():
+        raise ValueError(
+            "weight and calibration: the squared output error ||X d + c||^2 is beyond "
+            f"float64's range (magnitude above {np.finfo(np.float64).max:.4g}) for these "
+            "weights and inputs; scale them down (the relative error does not change) (spec A6)"
+        )
+    return errors
+
+
+def _larger(first: NDArray | None, second: NDArray | None) -> NDArray | None:
+    if first is None or second is None:
+        return second if first is None else first
+    return np.maximum(np.abs(first), np.abs(second))
 
 
 def _prepare(weight, new_weight, calibration, bias, new_bias):
@@ -66,6 +91,9 @@ def _prepare(weight, new_weight, calibration, bias, new_bias):
         data = as_inputs(calibration, in_features)
     old_bias = as_bias(bias, out_features)
     fresh_bias = as_bias(new_bias, out_features, "new_bias")
+    check_magnitudes(
+        np.maximum(np.abs(original), np.abs(replacement)), _larger(old_bias, fresh_bias), data
+    )
     if fresh_bias is None:
         bias_difference = None
     else:
@@ -126,7 +154,7 @@ def output_error(
     original, replacement, data, bias_difference = _prepare(
         weight, new_weight, calibration, bias, new_bias
     )
-    return float(row_errors(data, original - replacement, bias_difference).sum())
+    return float(row_errors(data, weight_difference(original, replacement), bias_difference).sum())
 
 
 def relative_output_error(
@@ -174,7 +202,7 @@ def relative_output_error(
     original, replacement, data, bias_difference = _prepare(
         weight, new_weight, calibration, bias, new_bias
     )
-    error = float(row_errors(data, original - replacement, bias_difference).sum())
+    error = float(row_errors(data, weight_difference(original, replacement), bias_difference).sum())
     scale = float(row_errors(data, original).sum())
     if scale == 0.0:
         return 0.0 if error == 0.0 else float("inf")
